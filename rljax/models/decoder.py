@@ -1,0 +1,219 @@
+"""One Flax NNX decoder for the Llama family, Qwen2 and Qwen3.
+
+Layers are stacked along a leading `L` axis and run with `lax.scan`, so compile
+time does not grow with depth. The KV cache is an explicit pytree (`KVCache`)
+threaded through the call, so prefill and decode are pure functions that the
+sampler can jit, loop and donate.
+
+Shapes: B batch, T query length, S cache length, D hidden, H query heads,
+K kv heads, G = H / K, E head dim, F MLP width, V vocabulary, L layers.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rljax.models.config import ModelConfig
+
+_NEG = -1e30
+
+
+class KVCache(NamedTuple):
+  """Static-shape cache. `valid_BxS` marks slots holding real (non-pad) keys."""
+  k_LxBxSxKxE: jax.Array
+  v_LxBxSxKxE: jax.Array
+  valid_BxS: jax.Array
+  index: jax.Array  # int32 scalar: next slot to write (same for every row)
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
+  dtype = dtype or cfg.jnp_dtype
+  shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+  return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
+                 jnp.zeros((batch, max_len), bool), jnp.zeros((), jnp.int32))
+
+
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+  """Inverse frequencies [E/2], with Llama-3 scaling when configured (as HF computes it)."""
+  e = cfg.head_dim
+  inv = 1.0 / (cfg.rope_theta ** (np.arange(0, e, 2, dtype=np.int64).astype(np.float32) / e))
+  if cfg.rope_llama3 is None:
+    return inv.astype(np.float32)
+  factor, lo, hi, orig = cfg.rope_llama3
+  lo_wl, hi_wl = orig / lo, orig / hi
+  wavelen = 2 * math.pi / inv
+  scaled = np.where(wavelen > lo_wl, inv / factor, inv)
+  smooth = (orig / wavelen - lo) / (hi - lo)
+  smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+  medium = (wavelen >= hi_wl) & (wavelen <= lo_wl)
+  return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def apply_rope(x_BxTxNxE, positions_BxT, inv_freq_E2):
+  """HF-style (rotate-half) rotary embedding, computed in float32."""
+  ang = positions_BxT.astype(jnp.float32)[..., None] * inv_freq_E2  # [B,T,E/2]
+  ang = jnp.concatenate([ang, ang], axis=-1)[:, :, None, :]
+  cos, sin = jnp.cos(ang), jnp.sin(ang)
+  x = x_BxTxNxE.astype(jnp.float32)
+  half = x.shape[-1] // 2
+  rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  return (x * cos + rot * sin).astype(x_BxTxNxE.dtype)
+
+
+def rms_norm(x, w, eps):
+  dtype = x.dtype
+  x = x.astype(jnp.float32)
+  x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+  return (w.astype(jnp.float32) * x).astype(dtype)
+
+
+def attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS):
+  """Grouped-query attention with a boolean mask; softmax in float32."""
+  b, t, h, e = q_BxTxHxE.shape
+  kh = k_BxSxKxE.shape[2]
+  q = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
+  s = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE,
+                 preferred_element_type=jnp.float32) / math.sqrt(e)
+  s = jnp.where(allowed_BxTxS[:, None, None], s, _NEG)
+  p = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
+  o = jnp.einsum("bkgts,bske->btkge", p, v_BxSxKxE)
+  return o.reshape(b, t, h, e)
+
+
+def _param(rngs, shape, dtype, kind="normal"):
+  if kind == "ones":
+    return nnx.Param(jnp.ones(shape, dtype))
+  if kind == "zeros":
+    return nnx.Param(jnp.zeros(shape, dtype))
+  return nnx.Param(0.02 * jax.random.normal(rngs.params(), shape, dtype))
+
+
+class Layers(nnx.Module):
+  """All transformer blocks, parameters stacked on a leading L axis."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    L, D, H, K, E, F = (cfg.num_layers, cfg.hidden_size, cfg.num_heads,
+                        cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size)
+    pd = cfg.jnp_param_dtype
+    self.attn_norm = _param(rngs, (L, D), pd, "ones")
+    self.wq = _param(rngs, (L, D, H, E), pd)
+    self.wk = _param(rngs, (L, D, K, E), pd)
+    self.wv = _param(rngs, (L, D, K, E), pd)
+    self.wo = _param(rngs, (L, H, E, D), pd)
+    if cfg.qkv_bias:
+      self.bq = _param(rngs, (L, H, E), pd, "zeros")
+      self.bk = _param(rngs, (L, K, E), pd, "zeros")
+      self.bv = _param(rngs, (L, K, E), pd, "zeros")
+    if cfg.qk_norm:
+      self.q_norm = _param(rngs, (L, E), pd, "ones")
+      self.k_norm = _param(rngs, (L, E), pd, "ones")
+    self.mlp_norm = _param(rngs, (L, D), pd, "ones")
+    self.w_gate = _param(rngs, (L, D, F), pd)
+    self.w_up = _param(rngs, (L, D, F), pd)
+    self.w_down = _param(rngs, (L, F, D), pd)
+
+
+def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn):
+  """One pre-norm block. `kv_fn(k, v) -> (keys, values, allowed, aux)` attaches the cache;
+  returns (x, aux)."""
+  dt = cfg.jnp_dtype
+  c = lambda a: a.astype(dt)
+  h = rms_norm(x_BxTxD, p["attn_norm"], cfg.rms_norm_eps)
+  q = jnp.einsum("btd,dhe->bthe", h, c(p["wq"]))
+  k = jnp.einsum("btd,dke->btke", h, c(p["wk"]))
+  v = jnp.einsum("btd,dke->btke", h, c(p["wv"]))
+  if cfg.qkv_bias:
+    q, k, v = q + c(p["bq"]), k + c(p["bk"]), v + c(p["bv"])
+  if cfg.qk_norm:
+    q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
+    k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+  q = apply_rope(q, positions_BxT, inv_freq)
+  k = apply_rope(k, positions_BxT, inv_freq)
+  keys, values, allowed, aux = kv_fn(k, v)
+  o = attention(q, keys, values, allowed)
+  x = x_BxTxD + jnp.einsum("bthe,hed->btd", o, c(p["wo"]))
+  h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
+  g = jnp.einsum("btd,df->btf", h, c(p["w_gate"]))
+  u = jnp.einsum("btd,df->btf", h, c(p["w_up"]))
+  return x + jnp.einsum("btf,fd->btd", jax.nn.silu(g) * u, c(p["w_down"])), aux
+
+
+class Decoder(nnx.Module):
+  """Causal LM trunk: `__call__` returns final-normed hidden states (and the cache)."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool = False):
+    self.cfg = cfg
+    self.remat = remat
+    pd = cfg.jnp_param_dtype
+    self.embed = _param(rngs, (cfg.vocab_size, cfg.hidden_size), pd)
+    self.layers = Layers(cfg, rngs)
+    self.final_norm = _param(rngs, (cfg.hidden_size,), pd, "ones")
+    if not cfg.tie_embeddings:
+      self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), pd)
+
+  def unembed_DxV(self) -> jax.Array:
+    """The unembedding matrix used by `rljax.logprobs` ([D, V])."""
+    return self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
+
+  def logits(self, hidden_BxTxD) -> jax.Array:
+    """Full float32 logits; for tests and sampling, never for training losses."""
+    return jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembed_DxV().astype(hidden_BxTxD.dtype),
+                      preferred_element_type=jnp.float32)
+
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None):
+    cfg = self.cfg
+    x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
+    inv_freq = jnp.asarray(rope_inv_freq(cfg))
+    params = {k: v[...] for k, v in vars(self.layers).items() if isinstance(v, nnx.Param)}
+    t = tokens_BxT.shape[1]
+    mask_BxT = mask_BxT.astype(bool)
+
+    if cache is None:
+      causal = jnp.tril(jnp.ones((t, t), bool))
+      allowed = causal[None] & mask_BxT[:, None, :]
+
+      def layer(x, p):
+        return _block(cfg, p, x, positions_BxT, inv_freq, lambda k, v: (k, v, allowed, None))
+
+      if self.remat:
+        layer = jax.checkpoint(layer)
+      x, _ = jax.lax.scan(layer, x, params)
+      return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
+
+    s = cache.valid_BxS.shape[1]
+    idx = cache.index
+    valid = jax.lax.dynamic_update_slice(cache.valid_BxS, mask_BxT, (0, idx))
+    q_slot = idx + jnp.arange(t)
+    allowed = (jnp.arange(s)[None, :] <= q_slot[:, None])[None] & valid[:, None, :]
+
+    def layer(carry, p_i):
+      x, ck, cv = carry
+      p, i = p_i
+
+      def kv_fn(k, v):
+        zero = jnp.zeros((), jnp.int32)
+        nk = jax.lax.dynamic_update_slice(ck[i], k.astype(ck.dtype), (zero, idx, zero, zero))
+        nv = jax.lax.dynamic_update_slice(cv[i], v.astype(cv.dtype), (zero, idx, zero, zero))
+        return nk.astype(k.dtype), nv.astype(v.dtype), allowed, (nk, nv)
+
+      x, (nk, nv) = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn)
+      ck = jax.lax.dynamic_update_index_in_dim(ck, nk, i, 0)
+      cv = jax.lax.dynamic_update_index_in_dim(cv, nv, i, 0)
+      return (x, ck, cv), None
+
+    (x, ck, cv), _ = jax.lax.scan(
+        layer, (x, cache.k_LxBxSxKxE, cache.v_LxBxSxKxE),
+        (params, jnp.arange(cfg.num_layers)))
+    new_cache = KVCache(ck, cv, valid, idx + t)
+    return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
+
+
+def positions_from_mask(mask_BxT) -> jax.Array:
+  """Position ids for a left-padded batch: 0 at each row's first real token."""
+  m = mask_BxT.astype(jnp.int32)
+  return jnp.maximum(jnp.cumsum(m, axis=-1) - 1, 0)

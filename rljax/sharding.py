@@ -1,0 +1,145 @@
+"""Device mesh and sharding rules.
+
+Axes: `data` (pure data parallelism), `fsdp` (data parallelism whose params are
+sharded), `tensor` (model parallelism over heads / MLP / vocabulary).
+
+Parameters get *logical* axis names from one regex table (`PARAM_AXES`); one
+rules table (`LOGICAL_RULES`) maps logical names to mesh axes. A mesh axis is
+dropped from a dimension it does not divide (e.g. 3 kv heads over tensor=4),
+which replicates that dimension instead of failing.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+BATCH = ("data", "fsdp")  # mesh axes a batch dimension is split over
+
+LOGICAL_RULES: dict[str, Any] = {
+    "batch": BATCH,
+    "vocab": "tensor",
+    "embed": "fsdp",
+    "heads": "tensor",
+    "kv_heads": "tensor",
+    "mlp": "tensor",
+    "layers": None,
+    "head_dim": None,
+    "norm": None,
+}
+
+# (regex on the '/'-joined param path, logical axes per dimension)
+PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
+    (r"^embed$", ("vocab", "embed")),
+    (r"^lm_head$", ("embed", "vocab")),
+    (r"^final_norm$", ("norm",)),
+    (r"^layers/wq$", ("layers", "embed", "heads", "head_dim")),
+    (r"^layers/w[kv]$", ("layers", "embed", "kv_heads", "head_dim")),
+    (r"^layers/wo$", ("layers", "heads", "head_dim", "embed")),
+    (r"^layers/bq$", ("layers", "heads", "head_dim")),
+    (r"^layers/b[kv]$", ("layers", "kv_heads", "head_dim")),
+    (r"^layers/(attn_norm|mlp_norm|q_norm|k_norm)$", ("layers", "norm")),
+    (r"^layers/w_(gate|up)$", ("layers", "embed", "mlp")),
+    (r"^layers/w_down$", ("layers", "mlp", "embed")),
+)
+
+log = logging.getLogger(__name__)
+
+
+def maybe_initialize_distributed(coordinator: str | None = None, num_processes: int | None = None,
+                                 process_id: int | None = None) -> None:
+  """Multi-host start-up. On TPU pods all arguments may be None (auto-detected)."""
+  if jax.process_count() > 1 or getattr(maybe_initialize_distributed, "_done", False):
+    return
+  if coordinator is None and num_processes is None:
+    import os
+    if not (os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("JAX_COORDINATOR_ADDRESS")):
+      return  # single host
+  jax.distributed.initialize(coordinator, num_processes, process_id)
+  maybe_initialize_distributed._done = True
+
+
+def make_mesh(shape: Sequence[int] | None = None, axes: Sequence[str] = MESH_AXES,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A mesh over all (global) devices. `shape` may use -1 once; default: all on fsdp.
+
+  A 2-D shape like (2, 4) is read as (data, fsdp) with tensor = 1.
+  """
+  devices = list(devices if devices is not None else jax.devices())
+  n = len(devices)
+  shape = list(shape) if shape is not None else [1, -1, 1]
+  if len(shape) == 2 and len(axes) == 3:
+    shape = shape + [1]
+  if len(shape) != len(axes):
+    raise ValueError(f"mesh shape {tuple(shape)} does not match axes {tuple(axes)}")
+  if shape.count(-1) > 1:
+    raise ValueError(f"mesh shape {tuple(shape)}: at most one -1")
+  if -1 in shape:
+    known = int(np.prod([s for s in shape if s != -1]))
+    if n % known:
+      raise ValueError(f"mesh shape {tuple(shape)} does not divide {n} devices")
+    shape[shape.index(-1)] = n // known
+  if int(np.prod(shape)) != n:
+    raise ValueError(f"mesh shape {tuple(shape)} needs {int(np.prod(shape))} devices, "
+                     f"but {n} are available")
+  try:
+    from jax.experimental import mesh_utils
+    grid = mesh_utils.create_device_mesh(shape, devices=devices)
+  except Exception:  # CPU / odd topologies: plain order
+    grid = np.asarray(devices).reshape(shape)
+  return Mesh(grid, tuple(axes))
+
+
+def logical_to_spec(logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
+                    rules: Mapping[str, Any] = LOGICAL_RULES) -> P:
+  """PartitionSpec for one array; mesh axes that don't divide the dim are dropped."""
+  used: set[str] = set()
+  spec = []
+  for name, dim in zip(logical, shape):
+    target = rules.get(name) if name else None
+    axes = [target] if isinstance(target, str) else list(target or [])
+    keep = []
+    for a in axes:
+      size = mesh.shape.get(a, 1)
+      if a in used or size == 1:
+        continue
+      if dim % (size * int(np.prod([mesh.shape[k] for k in keep] or [1]))) == 0:
+        keep.append(a)
+    used.update(keep)
+    spec.append(tuple(keep) if len(keep) > 1 else (keep[0] if keep else None))
+  return P(*spec)
+
+
+def param_logical_axes(path: str, ndim: int) -> tuple[str | None, ...]:
+  for pattern, axes in PARAM_AXES:
+    if re.search(pattern, path):
+      if len(axes) != ndim:
+        raise ValueError(f"param {path}: rule {pattern} has {len(axes)} axes for a {ndim}-D array")
+      return axes
+  raise ValueError(f"param {path}: no sharding rule in PARAM_AXES matches")
+
+
+def param_shardings(shapes_tree: Mapping, mesh: Mesh) -> dict:
+  """NamedShardings for a pure-dict param tree of arrays / ShapeDtypeStructs."""
+
+  def go(node, prefix):
+    if isinstance(node, Mapping):
+      return {k: go(v, f"{prefix}/{k}" if prefix else str(k)) for k, v in node.items()}
+    axes = param_logical_axes(prefix, len(node.shape))
+    return NamedSharding(mesh, logical_to_spec(axes, node.shape, mesh))
+
+  return go(shapes_tree, "")
+
+
+def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+  """Batch-leading arrays: dim 0 over (data, fsdp), the rest replicated."""
+  return NamedSharding(mesh, P(BATCH, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
