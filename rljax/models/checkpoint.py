@@ -77,8 +77,6 @@ _GGUF_NAMES = {
     "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
     "lm_head.weight": "output.weight",
 }
-GGUF_SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                        "Q4_K", "Q5_K", "Q6_K")
 
 
 def layer_param_names(cfg: ModelConfig) -> list[str]:
@@ -167,11 +165,11 @@ class GGUFSource:
     if name not in self._tensors:
       raise KeyError(f"{self.path}: GGUF file has no tensor {name!r}")
     t = self._tensors[name]
-    qtype = t.tensor_type.name
-    if qtype not in GGUF_SUPPORTED_TYPES:
-      raise ValueError(f"{self.path}:{name}: unsupported GGUF quantization type {qtype}; "
-                       f"supported: {', '.join(GGUF_SUPPORTED_TYPES)}")
-    w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)
+    try:
+      w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)
+    except NotImplementedError as e:
+      raise ValueError(f"{self.path}:{name}: unsupported GGUF quantization type "
+                       f"{t.tensor_type.name} (the gguf package cannot dequantize it)") from e
     w = w.reshape(tuple(int(d) for d in reversed(t.shape)))
     if self.cfg.model_type == "llama" and (".attn_q." in name or ".attn_k." in name):
       # llama.cpp interleaves the rotary halves of q/k rows; undo it (HF layout).
