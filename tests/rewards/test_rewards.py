@@ -1,0 +1,126 @@
+"""CSR / AON / math rewards, the batched interface, thread pool, registration."""
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+from rljax import registry, rewards
+from rljax.rewards import math_reward
+
+EXAMPLE = {"instruction_id_list": ["punctuation:no_comma", "keywords:existence",
+                                   "startend:quotation"],
+           "kwargs": [{}, {"keywords": ["river"]}, {}]}
+RESPONSES = [
+    '"The river runs"',         # 3 / 3
+    '"The river, it runs"',     # 2 / 3 (comma)
+    "The sea, it runs",         # 0 / 3
+    '**"The river runs"**',     # strict 2 / 3 (quotes hidden by **); loose 3 / 3
+]
+
+
+def test_csr_and_aon_hand_computed():
+  csr, info = rewards.get_reward("csr")(RESPONSES, [EXAMPLE] * 4)
+  assert csr.dtype == np.float32 and csr.shape == (4,)
+  np.testing.assert_allclose(csr, [1, 2 / 3, 0, 2 / 3], rtol=1e-6)
+  assert info["criteria"][1] == [False, True, True]
+  assert info["criteria"][2] == [False, False, False]
+  np.testing.assert_array_equal(info["aon"], [1, 0, 0, 0])
+  aon, info_aon = rewards.get_reward("aon")(RESPONSES, [EXAMPLE] * 4)
+  np.testing.assert_array_equal(aon, [1, 0, 0, 0])
+  np.testing.assert_allclose(info_aon["csr"], csr, rtol=1e-6)
+
+
+def test_loose_mode_option():
+  csr, _ = rewards.get_reward("csr", mode="loose")(RESPONSES, [EXAMPLE] * 4)
+  np.testing.assert_allclose(csr, [1, 2 / 3, 0, 1], rtol=1e-6)
+
+
+def test_thread_pool_and_executor_give_same_results():
+  responses = RESPONSES * 8
+  examples = [EXAMPLE] * len(responses)
+  reward = rewards.get_reward("csr")
+  serial, info = reward(responses, examples)
+  threaded, info_t = reward(responses, examples, num_threads=4)
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    pooled, _ = reward(responses, examples, executor=pool)
+  np.testing.assert_array_equal(serial, threaded)
+  np.testing.assert_array_equal(serial, pooled)
+  assert info["criteria"] == info_t["criteria"]  # order kept
+
+
+def test_register_a_new_reward_in_a_few_lines(isolated_registry):
+  @rewards.register_reward("test_short")
+  def short(response, example, limit=10):
+    return float(len(response) <= limit), {"length": len(response)}
+
+  r, info = rewards.get_reward("test_short", limit=5)(["abc", "abcdefgh"], [{}, {}])
+  np.testing.assert_array_equal(r, [1, 0])
+  np.testing.assert_array_equal(info["length"], [3, 8])
+  assert "test_short" in rewards.reward_names()
+  assert registry.get("reward", "test_short") is short
+
+
+def test_reward_errors():
+  with pytest.raises(ValueError, match=r"unknown reward 'nope'; valid reward names: .*csr"):
+    rewards.get_reward("nope")
+  with pytest.raises(ValueError, match=r"has no options \['modee'\]; valid options: mode"):
+    rewards.get_reward("csr", modee="loose")
+  with pytest.raises(ValueError, match="2 responses but 1 examples"):
+    rewards.get_reward("csr")(["a", "b"], [EXAMPLE])
+  with pytest.raises(ValueError, match=r"needs example\['instruction_id_list'\]"):
+    rewards.get_reward("csr")(["a"], [{"prompt": "x"}])
+  with pytest.raises(ValueError, match="has no criteria"):
+    rewards.get_reward("aon")(["a"], [{"instruction_id_list": [], "kwargs": []}])
+  with pytest.raises(TypeError, match="not a str"):
+    rewards.get_reward("csr")("abc", [EXAMPLE] * 3)
+  with pytest.raises(ValueError, match=r"math_accuracy' needs example\['answer'\]"):
+    rewards.get_reward("math_accuracy")(["1"], [{}])
+
+
+@pytest.mark.parametrize("response,answer,ok", [
+    ("So the answer is \\boxed{42}.", "42", True),
+    ("\\boxed{\\frac{3}{4}}", "0.75", True),
+    ("\\boxed{\\dfrac{1}{2}}", "1/2", True),
+    ("\\boxed{x = 7}", "7", True),
+    ("\\boxed{1,000}", "1000", True),
+    ("\\boxed{12.0}", "12", True),
+    ("\\boxed{\\text{Paris}}", "paris", True),
+    ("first 3 then 5", "5", True),           # last number
+    ("It is -2.5 degrees.", "-5/2", True),
+    ("\\boxed{41}", "42", False),
+    ("no number here", "1", False),
+    ("\\boxed{\\frac{1}{2}} but later 3", "1/2", True),  # boxed wins over the last number
+    ("\\boxed{{a}{b}}", "{a}{b}", True),   # nested braces
+])
+def test_math_accuracy(response, answer, ok):
+  r, info = rewards.get_reward("math_accuracy")([response], [{"answer": answer}])
+  assert r[0] == float(ok)
+
+
+def test_math_require_boxed():
+  r, _ = rewards.get_reward("math_accuracy", require_boxed=True)(
+      ["the answer is 5", "\\boxed{5}"], [{"answer": "5"}] * 2)
+  np.testing.assert_array_equal(r, [0, 1])
+
+
+@pytest.mark.parametrize("response,ok", [
+    ("\\boxed{(3 + 5) * 2}", True),
+    ("(3+5)*2 = 16", True),
+    ("16 = 2 * (5 + 3)", True),
+    ("\\boxed{3 * 5 + 2}", False),            # 17
+    ("\\boxed{(3 + 5) * 2 * 1}", False),      # uses a number not given
+    ("\\boxed{16}", False),                   # no numbers used
+    ("\\boxed{__import__('os')}", False),     # not arithmetic
+    ("\\boxed{(3 + 5) / 0}", False),
+])
+def test_countdown(response, ok):
+  example = {"task": "countdown", "numbers": [3, 5, 2], "target": 16}
+  r, _ = rewards.get_reward("math_accuracy")([response], [example])
+  assert r[0] == float(ok)
+
+
+def test_extraction_helpers():
+  assert math_reward.last_boxed("a \\boxed{1} b \\boxed{2}") == "2"
+  assert math_reward.last_boxed("\\boxed{unclosed") is None
+  assert math_reward.extract_answer("costs $1,250.50 total") == "1,250.50"
+  assert math_reward.answers_match("1,250.50", "1250.5")
