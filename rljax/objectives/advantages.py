@@ -1,0 +1,113 @@
+"""Response-level advantages from group rewards (SPEC §1), plus DAPO's reward-side helpers.
+
+Every estimator is registered under kind "advantage" with the signature
+`fn(rewards_B, group_size, cfg) -> (adv_B, metrics)`. The batch holds whole
+consecutive groups: rows [g*G, (g+1)*G) are the G responses to prompt g.
+A group whose rewards are all equal gets exact zeros (never NaN).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from rljax.objectives.common import Metrics, check_choice, fdtype, register_entry
+
+KIND = "advantage"
+SCALES = ("group", "batch", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+  scale_rewards: str = "group"  # GRPO's std: group | batch | none
+  eps: float = 1e-4  # added to the (unbiased) std
+
+  def check(self):
+    check_choice("scale_rewards", self.scale_rewards, SCALES)
+    if self.eps < 0:
+      raise ValueError(f"eps must be >= 0, got {self.eps}")
+
+
+def as_groups(x_B: jax.Array, group_size: int) -> jax.Array:
+  """[B] -> [B/G, G]; a clear error when B is not a multiple of G."""
+  batch = x_B.shape[0]
+  if group_size < 1 or batch % group_size:
+    raise ValueError(
+        f"the batch must hold whole groups: batch size {batch} is not divisible "
+        f"by group_size (num_generations) {group_size}")
+  return x_B.reshape(batch // group_size, group_size)
+
+
+def _unbiased_std(x, axis=None):
+  n = x.size if axis is None else x.shape[axis]
+  var = jnp.sum(jnp.square(x - jnp.mean(x, axis=axis, keepdims=True)), axis=axis)
+  return jnp.sqrt(var / max(n - 1, 1))
+
+
+def _finish(adv_GxN, r_GxN) -> tuple[jax.Array, Metrics]:
+  equal_G = jnp.max(r_GxN, axis=1) == jnp.min(r_GxN, axis=1)
+  adv_GxN = jnp.where(equal_G[:, None], 0.0, adv_GxN)
+  adv_B = adv_GxN.reshape(-1)
+  metrics = {
+      "adv/reward_mean": jnp.mean(r_GxN),
+      "adv/reward_std": _unbiased_std(r_GxN),
+      "adv/frac_equal_groups": jnp.mean(equal_G.astype(fdtype())),
+      "adv/mean": jnp.mean(adv_B),
+      "adv/min": jnp.min(adv_B),
+      "adv/max": jnp.max(adv_B),
+  }
+  return adv_B, metrics
+
+
+def grpo(rewards_B, group_size: int, cfg: AdvantageConfig):
+  """A = (r − mean_g r) / (std + eps); std per group, over the batch, or 1."""
+  r = as_groups(rewards_B.astype(fdtype()), group_size)
+  centered = r - jnp.mean(r, axis=1, keepdims=True)
+  if cfg.scale_rewards == "group":
+    std = _unbiased_std(r, axis=1)[:, None]
+  elif cfg.scale_rewards == "batch":
+    std = _unbiased_std(r)
+  else:
+    std = None
+  adv = centered if std is None else centered / (std + cfg.eps)
+  return _finish(adv, r)
+
+
+def dr_grpo(rewards_B, group_size: int, cfg: AdvantageConfig):
+  """A = r − mean_g r (no std)."""
+  del cfg
+  r = as_groups(rewards_B.astype(fdtype()), group_size)
+  return _finish(r - jnp.mean(r, axis=1, keepdims=True), r)
+
+
+def rloo(rewards_B, group_size: int, cfg: AdvantageConfig):
+  """A_i = r_i − mean_{j≠i} r_j = G/(G−1) · (r_i − mean_g r)."""
+  del cfg
+  if group_size < 2:
+    raise ValueError(f"rloo needs group_size >= 2, got {group_size}")
+  r = as_groups(rewards_B.astype(fdtype()), group_size)
+  loo_mean = (jnp.sum(r, axis=1, keepdims=True) - r) / (group_size - 1)
+  return _finish(r - loo_mean, r)
+
+
+register_entry(KIND, "grpo", grpo, AdvantageConfig,
+               doc="(r − mean_g) / (std_{group|batch|none} + 1e-4), unbiased std")
+register_entry(KIND, "dr_grpo", dr_grpo, AdvantageConfig,
+               fixed={"scale_rewards": "none"}, doc="r − mean_g")
+register_entry(KIND, "rloo", rloo, AdvantageConfig,
+               fixed={"scale_rewards": "none"}, doc="r_i − mean_{j≠i} r_j")
+
+
+def informative_groups(rewards_B: jax.Array, group_size: int) -> jax.Array:
+  """DAPO dynamic sampling: bool [B/G], False for groups of equal rewards."""
+  r = as_groups(rewards_B, group_size)
+  return jnp.max(r, axis=1) != jnp.min(r, axis=1)
+
+
+def overlong_penalty(length_B: jax.Array, max_len: int, cache_len: int) -> jax.Array:
+  """DAPO soft overlong punishment in tokens: 0 up to L_max − L_cache, linear to −1 at L_max."""
+  if not 0 < cache_len <= max_len:
+    raise ValueError(f"need 0 < cache_len <= max_len, got {cache_len}, {max_len}")
+  excess = length_B.astype(fdtype()) - (max_len - cache_len)
+  return -jnp.clip(excess / cache_len, 0.0, 1.0)
