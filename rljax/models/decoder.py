@@ -149,6 +149,9 @@ class Decoder(nnx.Module):
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool = False):
     self.cfg = cfg
     self.remat = remat
+    # Unrolling the layer scan helps XLA:CPU on shallow models; deep models keep a loop
+    # so compile time does not grow with depth.
+    self.scan_unroll = cfg.num_layers if cfg.num_layers <= 8 else 1
     pd = cfg.jnp_param_dtype
     self.embed = _param(rngs, (cfg.vocab_size, cfg.hidden_size), pd)
     self.layers = Layers(cfg, rngs)
@@ -182,7 +185,7 @@ class Decoder(nnx.Module):
 
       if self.remat:
         layer = jax.checkpoint(layer)
-      x, _ = jax.lax.scan(layer, x, params)
+      x, _ = jax.lax.scan(layer, x, params, unroll=self.scan_unroll)
       return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
 
     s = cache.valid_BxS.shape[1]
@@ -208,7 +211,7 @@ class Decoder(nnx.Module):
 
     (x, ck, cv), _ = jax.lax.scan(
         layer, (x, cache.k_LxBxSxKxE, cache.v_LxBxSxKxE),
-        (params, jnp.arange(cfg.num_layers)))
+        (params, jnp.arange(cfg.num_layers)), unroll=self.scan_unroll)
     new_cache = KVCache(ck, cv, valid, idx + t)
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
 
