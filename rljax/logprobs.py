@@ -74,11 +74,13 @@ def token_logprobs(hidden_BxTxD, unembed_DxV, targets_BxT, head_ids_BxTxK=None, 
                        ((0, pad), (0, 0))).reshape(-1, c, k),)
 
   @jax.checkpoint
-  def body(w, x):
+  def chunk(w, x):
     head = x[2] if len(x) == 3 else None
-    return w, _chunk_stats(x[0], w, x[1], head, temperature, top_k, top_p)
+    return _chunk_stats(x[0], w, x[1], head, temperature, top_k, top_p)
 
-  _, (logp, ent, head) = jax.lax.scan(body, unembed_DxV, xs)
+  # The unembedding is a scan constant (closed over), not a carry: a carry would be
+  # saved once per chunk for the backward pass.
+  _, (logp, ent, head) = jax.lax.scan(lambda c, x: (c, chunk(unembed_DxV, x)), None, xs)
   out = {"logp_BxT": logp.reshape(-1)[:n].reshape(b, t),
          "entropy_BxT": ent.reshape(-1)[:n].reshape(b, t)}
   if head is not None:
