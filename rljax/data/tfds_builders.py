@@ -44,6 +44,7 @@ class RubricConfig(tfds.core.BuilderConfig):
   num_heldout: int = 512
   min_criteria: int = 1
   max_criteria: int = 4
+  instruction_ids: tuple[str, ...] | None = None  # None: every registered criterion
 
 
 class RljaxRubric(_Builder):
@@ -67,7 +68,7 @@ class RljaxRubric(_Builder):
   def _generate_examples(self, split, num):
     c = self.builder_config
     for ex in rubric.generate_examples(c.seed, split, num, min_criteria=c.min_criteria,
-                                       max_criteria=c.max_criteria):
+                                       max_criteria=c.max_criteria, ids=c.instruction_ids):
       yield ex["id"], {**ex, "kwargs": json.dumps(ex["kwargs"]),
                        "criteria_spans": np.asarray(ex["criteria_spans"], np.int32)}
 
@@ -148,10 +149,17 @@ def _prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
 
 
 def build_rubric(data_dir: str, *, seed: int = 0, num_train: int = 4096, num_heldout: int = 512,
-                 min_criteria: int = 1, max_criteria: int = 4) -> tfds.core.DatasetBuilder:
+                 min_criteria: int = 1, max_criteria: int = 4,
+                 instruction_ids=None) -> tfds.core.DatasetBuilder:
+  """`instruction_ids`: restrict the criteria to these IFEval ids (None: all)."""
+  ids = tuple(sorted(instruction_ids)) if instruction_ids else None
   name = f"s{seed}_n{num_train}_{num_heldout}_k{min_criteria}to{max_criteria}"
+  if ids:
+    import hashlib
+    name += "_ids" + hashlib.sha1(",".join(ids).encode()).hexdigest()[:8]
   config = RubricConfig(name=name, seed=seed, num_train=num_train, num_heldout=num_heldout,
-                        min_criteria=min_criteria, max_criteria=max_criteria)
+                        min_criteria=min_criteria, max_criteria=max_criteria,
+                        instruction_ids=ids)
   return _prepare(RljaxRubric(config=config, data_dir=data_dir, file_format=FILE_FORMAT))
 
 

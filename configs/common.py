@@ -1,0 +1,92 @@
+"""The base every config shares, and the `:arg` parser (big_vision style).
+
+`get_config("tiny")`, `get_config("model=smollm2,steps=5")`: the string after
+the ':' on the command line is a comma-separated list of `key=value` or bare
+flags (`tiny` means `tiny=True`).
+"""
+from __future__ import annotations
+
+import ast
+
+import ml_collections as mlc
+
+
+def parse_arg(arg: str | None, **defaults) -> mlc.ConfigDict:
+  """'tiny,steps=5' -> ConfigDict(tiny=True, steps=5), over `defaults` (typed by them)."""
+  out = dict(defaults)
+  for part in filter(None, (arg or "").split(",")):
+    key, _, value = part.partition("=")
+    key = key.strip()
+    if key not in out:
+      raise ValueError(f"unknown config arg {key!r}; valid: {', '.join(sorted(out))}")
+    if not value:
+      out[key] = True
+      continue
+    try:
+      parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      parsed = value
+    out[key] = type(out[key])(parsed) if out[key] is not None and not isinstance(
+        out[key], bool) else parsed
+  return mlc.ConfigDict(out)
+
+
+def base_config(arg: str | None = None) -> mlc.ConfigDict:
+  """The shared base: CoRT-GRPO on SmolLM2 with the bundled rubric prompts, on CPU."""
+  a = parse_arg(arg, tiny=False, model="smollm2", steps=0)
+  c = mlc.ConfigDict()
+  c.seed = 0
+  c.workdir = ""  # --workdir; default runs/<config name>
+  c.model = mlc.ConfigDict(dict(path=a.model, tiny=a.tiny, param_dtype="float32",
+                                dtype="float32", remat=True, tokenizer=""))
+  # a random tiny decoder (used when model.tiny); the tokenizer is still the model path's
+  c.model.tiny_config = mlc.ConfigDict(dict(
+      model_type="qwen3", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+      num_kv_heads=2, head_dim=16, qk_norm=True, tie_embeddings=True))
+  c.mesh = mlc.ConfigDict(dict(shape=(1, -1, 1)))
+  c.data = mlc.ConfigDict(dict(
+      dataset="rubric", data_dir="", num_train=512, num_heldout=64, min_criteria=1,
+      max_criteria=3, batch_size=16, max_prompt_len=192, system="",
+      instruction_ids=()))  # () = every registered IFEval criterion
+  c.rollout = mlc.ConfigDict(dict(
+      num_generations=4, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
+      record_topk=0, copy="none", sync_every=1))
+  c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0))
+  c.objective = mlc.ConfigDict(dict(
+      advantage="grpo", transforms=("cort",), loss="grpo", advantage_kwargs={},
+      transform_kwargs={"cort": {"ramp_steps": 100, "warmup_steps": 0}},
+      loss_kwargs={"eps_low": 0.2, "eps_high": 0.27}, dynamic_sampling=False,
+      max_resample=3, teacher=""))
+  c.optim = mlc.ConfigDict(dict(lr=1e-6, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8,
+                                grad_clip=1.0, warmup_steps=0, schedule="constant"))
+  c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=1, grad_accum=1,
+                                logprob_chunk=256, ref_model=False))
+  c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_strict"))
+  c.eval = mlc.ConfigDict(dict(every=0, num_prompts=16))
+  c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))
+  if a.tiny:
+    apply_tiny(c)
+  if a.steps:
+    c.train.steps = a.steps
+  return c
+
+
+def apply_tiny(c: mlc.ConfigDict) -> None:
+  """A seconds-long run: random 2-layer model, short prompts and responses, high lr."""
+  c.model.tiny = True
+  c.model.remat = False
+  c.data.num_train, c.data.num_heldout, c.data.max_criteria = 64, 16, 2
+  # criteria that short random text satisfies sometimes, so a random model can learn them
+  c.data.instruction_ids = ("punctuation:no_comma", "change_case:english_lowercase")
+  c.data.batch_size, c.data.max_prompt_len = 16, 160
+  c.rollout.num_generations, c.rollout.max_new_tokens = 8, 4
+  c.optim.lr = 3e-3
+  c.train.steps = 4
+  c.eval.num_prompts = 4
+  c.log.tensorboard = False
+  c.log.plot = False
+
+
+def sweep_over(add, key: str, values) -> None:
+  for v in values:
+    add(**{key: v})

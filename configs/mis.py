@@ -1,0 +1,10 @@
+"""Mismatch correction `mis` with a quantized rollout copy (SPEC §5)."""
+from configs.mismatch import mismatch_config, mismatch_sweep
+
+
+def get_config(arg=None):
+  return mismatch_config(arg, loss="grpo", transforms=("mis",))
+
+
+def sweep(add, arg=None):
+  mismatch_sweep(add)

@@ -1,0 +1,17 @@
+"""REAL: rewards as labels, in-group classification (SPEC §4); scale_rewards forced to none."""
+from configs.common import base_config
+
+
+def get_config(arg=None):
+  c = base_config(arg)
+  c.objective.transforms = ()
+  c.objective.transform_kwargs = {}
+  c.objective.advantage_kwargs = {"scale_rewards": "none"}
+  c.objective.loss = "real"
+  c.objective.loss_kwargs = {"real_tau": 0.5}
+  return c
+
+
+def sweep(add, arg=None):
+  for tau in (0.25, 0.5, 1.0):
+    add(**{"objective.loss_kwargs": {"real_tau": tau}})

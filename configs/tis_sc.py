@@ -1,0 +1,10 @@
+"""Mismatch correction `tis_sc` with a quantized rollout copy (SPEC §5)."""
+from configs.mismatch import mismatch_config, mismatch_sweep
+
+
+def get_config(arg=None):
+  return mismatch_config(arg, loss="topk_sc_tis", transforms=())
+
+
+def sweep(add, arg=None):
+  mismatch_sweep(add)

@@ -1,0 +1,59 @@
+"""Orbax checkpoints of a run: the train state (+ a stale sampler's params) and a JSON record
+(step, PRNG key, data-iterator position, sampler sync state, last metrics).
+
+`last/` keeps the newest `keep` steps; `best/` keeps the single best by an eval metric.
+Restoring reads straight into the shardings of an abstract target.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class RunCheckpointer:
+  """Thin wrapper over two `ocp.CheckpointManager`s with a fixed item layout."""
+
+  def __init__(self, directory: str, keep: int = 3, best_metric: str | None = None):
+    directory = os.path.abspath(directory)
+    self.best_metric = best_metric
+    opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                        enable_async_checkpointing=False)
+    self.last = ocp.CheckpointManager(os.path.join(directory, "last"), options=opts,
+                                      item_names=("state", "meta"))
+    self.best = None
+    if best_metric:
+      best_opts = ocp.CheckpointManagerOptions(
+          max_to_keep=1, create=True, enable_async_checkpointing=False,
+          best_fn=lambda m: float(m.get(best_metric, float("-inf"))), best_mode="max",
+          keep_checkpoints_without_metrics=False)
+      self.best = ocp.CheckpointManager(os.path.join(directory, "best"), options=best_opts,
+                                        item_names=("state", "meta"))
+
+  def latest_step(self) -> int | None:
+    return self.last.latest_step()
+
+  def save(self, step: int, state: Any, meta: dict, eval_metrics: dict | None = None) -> None:
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+    self.last.save(step, args=args, force=True)
+    self.last.wait_until_finished()
+    if self.best is not None and eval_metrics and self.best_metric in eval_metrics:
+      self.best.save(step, args=args, metrics={k: float(v) for k, v in eval_metrics.items()},
+                     force=True)
+      self.best.wait_until_finished()
+
+  def restore(self, abstract_state: Any, step: int | None = None):
+    """(state, meta) of `step` (default: latest), read into `abstract_state`'s shardings."""
+    step = self.last.latest_step() if step is None else step
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                          abstract_state)
+    out = self.last.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    return out.state, out.meta
+
+  def close(self) -> None:
+    self.last.close()
+    if self.best is not None:
+      self.best.close()

@@ -1,0 +1,348 @@
+"""The RL loop: data -> rollout -> rewards -> advantages -> (scoring) -> train step(s)
+-> metrics -> checkpoint -> held-out eval.
+
+Everything here is host-side glue; the numerics live in `train_step`, the
+objectives, the sampler and the rewards. `Trainer(cfg, workdir).run()` resumes
+from the newest checkpoint in `workdir` when there is one; SIGTERM (TPU
+preemption) saves at the end of the current step and exits cleanly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import ml_collections as mlc
+import numpy as np
+from flax import nnx
+
+from rljax import sharding as shd
+from rljax.checkpointing import RunCheckpointer
+from rljax.config_check import objective_kwargs, sampler_config, validate_config
+from rljax.metrics_log import MetricsWriter
+from rljax.objectives import build_objective, informative_groups
+from rljax.rollout import SamplerSync, generate
+from rljax.train_step import (StepConfig, apply_transforms, init_state, jit_train_step,
+                              make_optimizer, score_batch)
+
+
+def left_pad(rows: list[list[int]], length: int, pad_id: int, what: str):
+  """[B, length] ids and mask, left-padded; a clear error when a row does not fit."""
+  ids = np.full((len(rows), length), pad_id, np.int32)
+  mask = np.zeros((len(rows), length), np.int32)
+  for i, r in enumerate(rows):
+    if len(r) > length:
+      raise ValueError(f"{what} row {i} has {len(r)} tokens > data.max_prompt_len={length}; "
+                       "raise data.max_prompt_len")
+    ids[i, length - len(r):], mask[i, length - len(r):] = r, 1
+  return ids, mask
+
+
+class Trainer:
+  def __init__(self, cfg: mlc.ConfigDict, workdir: str):
+    self.cfg, self.workdir = cfg, workdir
+    for w in validate_config(cfg, jax.device_count()):
+      warnings.warn(w)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(cfg.to_json_best_effort(indent=2))
+    self.mesh = shd.make_mesh(tuple(cfg.mesh.shape))
+    self._build_model()
+    self._build_data()
+    self._build_objective_and_steps()
+    self.ckpt = RunCheckpointer(os.path.join(workdir, "checkpoints"), keep=cfg.checkpoint.keep,
+                                best_metric=cfg.checkpoint.best_metric or None)
+    self.log = MetricsWriter(workdir, tensorboard=cfg.log.tensorboard,
+                             total_steps=cfg.train.steps)
+    self._stop = False
+
+  # ------------------------------------------------------------------------- setup
+  def _build_model(self):
+    from rljax.models import create_model, load_model
+    from rljax.models.bundled import resolve
+    from rljax.models.config import ModelConfig
+    from rljax.models.tokenizer import load_tokenizer
+    c = self.cfg.model
+    self.tokenizer = load_tokenizer(resolve(c.tokenizer or c.path))
+    eos = self.tokenizer.eos_token_id
+    if c.tiny:
+      mcfg = ModelConfig(vocab_size=len(self.tokenizer), eos_token_id=eos,
+                         param_dtype=c.param_dtype, dtype=c.dtype, **c.tiny_config.to_dict())
+      model = create_model(mcfg, mesh=self.mesh, seed=self.cfg.seed, remat=c.remat)
+    else:
+      model = load_model(resolve(c.path), mesh=self.mesh, remat=c.remat,
+                         param_dtype=c.param_dtype, dtype=c.dtype)
+    self.model_cfg = model.cfg
+    k = self.cfg.rollout.record_topk
+    if k > self.model_cfg.vocab_size:
+      raise ValueError(f"config.rollout.record_topk={k} exceeds the vocabulary "
+                       f"({self.model_cfg.vocab_size})")
+    self.graphdef, params = nnx.split(model)
+    self.params = nnx.to_pure_dict(params)
+    self.pad_id = self.tokenizer.pad_token_id or 0
+    self.sampler_cfg = sampler_config(self.cfg, stop_ids=(eos,), pad_id=self.pad_id)
+
+  def _build_data(self):
+    from rljax.data import (GroupBatcher, ShardedIterator, build_rubric, data_source,
+                            decode_record)
+    d = self.cfg.data
+    data_dir = d.data_dir or os.path.join(self.workdir, "tfds")
+    builder = build_rubric(data_dir, seed=self.cfg.seed, num_train=d.num_train,
+                           num_heldout=d.num_heldout, min_criteria=d.min_criteria,
+                           max_criteria=d.max_criteria,
+                           instruction_ids=tuple(d.instruction_ids) or None)
+    it = ShardedIterator(data_source(builder, "train"), seed=self.cfg.seed,
+                         shard_index=jax.process_index(), num_shards=jax.process_count(),
+                         decode=decode_record)
+    self.batches = GroupBatcher(it, d.batch_size // jax.process_count(),
+                                self.cfg.rollout.num_generations)
+    held = data_source(builder, "heldout")
+    self.eval_examples = [decode_record(held[i])
+                          for i in range(min(self.cfg.eval.num_prompts, len(held)))]
+    from rljax.rewards import get_reward
+    self.reward_fn = get_reward(self.cfg.reward.name, mode=self.cfg.reward.mode)
+
+  def _build_objective_and_steps(self):
+    cfg, t = self.cfg, self.cfg.train
+    self.objective = build_objective(**objective_kwargs(cfg, self.model_cfg.vocab_size))
+    o = cfg.optim
+    self.optimizer = make_optimizer(o.lr, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2,
+                                    eps=o.eps, grad_clip=o.grad_clip,
+                                    warmup_steps=o.warmup_steps, total_steps=t.steps,
+                                    schedule=o.schedule)
+    self.state = init_state(self.params, self.optimizer, self.objective)
+    self.ref_params = jax.tree.map(jnp.copy, self.params) if t.ref_model else None
+    fused = t.inner_epochs == 1 and t.num_minibatches == 1
+    r = cfg.rollout
+    self.step_cfg = StepConfig(
+        objective=self.objective, response_len=r.max_new_tokens, temperature=float(r.temperature)
+        or 1.0, top_k=r.top_k, top_p=float(r.top_p), chunk_size=t.logprob_chunk,
+        replay=any(n.startswith("cort") for n in cfg.objective.transforms),
+        fused_scoring=fused, head_k=max(r.record_topk, 0) if r.record_topk else 0,
+        use_ref=bool(t.ref_model))
+    state_sh = jax.tree.map(lambda x: x.sharding, self.state)
+    ref_sh = None if self.ref_params is None else jax.tree.map(lambda x: x.sharding,
+                                                               self.ref_params)
+    self._batch_sh = lambda b: {k: shd.batch_sharding(self.mesh, v.ndim) for k, v in b.items()}
+    self._jits: dict = {}
+    self._make_step = lambda b: jit_train_step(
+        self.graphdef, self.optimizer, self.step_cfg, t.grad_accum, state_sh,
+        self._batch_sh(b), ref_sh, shd.replicated(self.mesh))
+    self.sync = SamplerSync(r.copy, every=r.sync_every)
+
+  # ------------------------------------------------------------------------- pieces
+  def _tokenize(self, examples):
+    from rljax.data import format_chat
+    system = self.cfg.data.system or None
+    pairs = [format_chat(ex, self.tokenizer, system) for ex in examples]
+    enc = lambda texts: [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    p = self.cfg.data.max_prompt_len
+    plus = left_pad(enc([a for a, _ in pairs]), p, self.pad_id, "rubric prompt x+")
+    minus = left_pad(enc([b for _, b in pairs]), p, self.pad_id, "rubric-free prompt x-")
+    return plus, minus
+
+  def _rollout(self, step: int, examples, key):
+    (ids, mask), minus = self._tokenize(examples)
+    sampler = self.sync.params(step, nnx.merge(self.graphdef, self.state.params))
+    r = generate(sampler, ids, mask, key, self.sampler_cfg, mesh=self.mesh)
+    tokens, rmask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
+    texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(tokens, rmask)],
+                                        skip_special_tokens=True)
+    g = self.cfg.rollout.num_generations
+    rows = [ex for ex in examples for _ in range(g)]
+    rewards, info = self.reward_fn(texts, rows, num_threads=self.cfg.reward.num_threads)
+    return dict(r=r, plus=(ids, mask), minus=minus, rewards=np.asarray(rewards, np.float32),
+                info=info, texts=texts)
+
+  def _assemble(self, roll) -> dict:
+    g = self.cfg.rollout.num_generations
+    r = roll["r"]
+    rep = lambda a: np.repeat(a, g, axis=0)
+    resp, rmask = np.asarray(r.tokens_BxN, np.int32), np.asarray(r.mask_BxN, np.int32)
+    (pi, pm), (mi, mm) = roll["plus"], roll["minus"]
+    adv, _ = self.objective.advantages(jnp.asarray(roll["rewards"]))
+    batch = {"tokens_BxL": np.concatenate([rep(pi), resp], 1),
+             "attn_mask_BxL": np.concatenate([rep(pm), rmask], 1),
+             "mask_BxN": rmask.astype(np.float32), "adv_B": np.asarray(adv, np.float32),
+             "sampler_logp_BxN": np.asarray(r.logq_BxN, np.float32)}
+    if self.step_cfg.replay:
+      batch["minus_tokens_BxM"] = np.concatenate([rep(mi), resp], 1)
+      batch["minus_attn_mask_BxM"] = np.concatenate([rep(mm), rmask], 1)
+    if self.step_cfg.head_k:
+      batch["head_ids_BxNxK"] = np.asarray(r.topk_ids_BxNxK, np.int32)
+      batch["head_logq_BxNxK"] = np.asarray(r.topk_logq_BxNxK, np.float32)
+    return batch
+
+  def _collect(self, step: int, key):
+    """One rollout batch; with DAPO dynamic sampling, informative groups only (bounded)."""
+    o, g = self.cfg.objective, self.cfg.rollout.num_generations
+    roll = self._rollout(step, next(self.batches)["prompts"], key)
+    if not o.dynamic_sampling:
+      return roll, 0
+    tries = 0
+    keep = np.asarray(informative_groups(jnp.asarray(roll["rewards"]), g))
+    while not keep.all() and tries < o.max_resample:
+      tries += 1
+      extra = self._rollout(step, next(self.batches)["prompts"],
+                            jax.random.fold_in(key, 1000 + tries))
+      ekeep = np.asarray(informative_groups(jnp.asarray(extra["rewards"]), g))
+      roll, keep = _refill(roll, keep, extra, ekeep, g)
+    return roll, tries
+
+  def _train(self, batch):
+    t = self.cfg.train
+    batch = jax.device_put(batch, self._batch_sh(batch))
+    if self.step_cfg.fused_scoring:
+      return self._jit("step", batch)(self.state, batch, self.ref_params)
+    scores = self._jit("score", batch)(self.state.params, batch)
+    adv, ts, t_metrics = self._jit("transforms", batch)(self.state.transform_state, batch, scores)
+    state = self.state._replace(transform_state=ts)
+    full = dict(batch, old_logp_BxN=scores["old_logp_BxN"], adv_BxN=adv)
+    if "minus_logp_BxN" in scores:
+      full["minus_logp_BxN"] = scores["minus_logp_BxN"]
+    n = next(iter(full.values())).shape[0] // t.num_minibatches
+    for epoch in range(t.inner_epochs):
+      rng = np.random.default_rng([self.cfg.seed, int(state.step), epoch])
+      perm = rng.permutation(n * t.num_minibatches)
+      for i in range(t.num_minibatches):
+        idx = np.sort(perm[i * n:(i + 1) * n])
+        mb = jax.device_put({k: np.asarray(v)[idx] for k, v in full.items()},
+                            self._batch_sh(full))
+        state, metrics = self._jit("step_mb", mb)(state, mb, self.ref_params)
+    return state, {**metrics, **{f"transform/{k}": v for k, v in t_metrics.items()}}
+
+  def _jit(self, name, batch):
+    if name not in self._jits:
+      if name in ("step", "step_mb"):
+        self._jits[name] = self._make_step(batch)
+      elif name == "score":
+        self._jits[name] = jax.jit(lambda p, b: score_batch(self.graphdef, p, b, self.step_cfg))
+      else:
+        self._jits[name] = jax.jit(lambda ts, b, s: apply_transforms(ts, b, s, self.step_cfg))
+    return self._jits[name]
+
+  # ------------------------------------------------------------------------- eval / ckpt
+  def evaluate(self) -> dict:
+    from rljax.rewards.evaluation import evaluate
+    if not self.eval_examples:
+      return {}
+    (ids, mask), _ = self._tokenize(self.eval_examples)
+    cfg = self.sampler_cfg.replace(temperature=0.0, num_generations=1, record_topk=0)
+    model = nnx.merge(self.graphdef, self.state.params)
+    r = generate(model, ids, mask, jax.random.key(0), cfg, mesh=self.mesh)
+    tokens, rmask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
+    texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(tokens, rmask)],
+                                        skip_special_tokens=True)
+    out = evaluate(self.eval_examples, texts)
+    return {f"eval/{k}": v for k, v in out.items() if isinstance(v, (int, float))}
+
+  def _meta(self, step: int, metrics: dict) -> dict:
+    return {"step": step, "seed": self.cfg.seed, "data": self.batches.get_state(),
+            "sampler_sync": self.sync.state_dict(),
+            "metrics": {k: float(v) for k, v in metrics.items() if np.isscalar(v)
+                        or getattr(v, "ndim", 1) == 0}}
+
+  def _save(self, step: int, metrics: dict, eval_metrics=None):
+    self.ckpt.save(step, self.state, self._meta(step, metrics), eval_metrics)
+
+  def _restore(self) -> int:
+    latest = self.ckpt.latest_step()
+    if latest is None:
+      return 0
+    state, meta = self.ckpt.restore(self.state, latest)
+    self.state = state
+    self.batches.set_state(meta["data"])
+    self.sync.load_state_dict(meta["sampler_sync"])
+    print(f"resumed from {self.workdir} at step {latest}", flush=True)
+    return int(latest)
+
+  # ------------------------------------------------------------------------- loop
+  def run(self) -> dict:
+    cfg = self.cfg
+    start = self._restore()
+    prev = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "_stop", True))
+    key = jax.random.key(cfg.seed)
+    metrics: dict = {}
+    try:
+      for step in range(start, cfg.train.steps):
+        t0 = time.time()
+        roll, tries = self._collect(step, jax.random.fold_in(key, step))
+        t1 = time.time()
+        batch = self._assemble(roll)
+        self.state, step_metrics = self._train(batch)
+        step_metrics = jax.device_get(step_metrics)
+        t2 = time.time()
+        metrics = {**{k: float(v) for k, v in step_metrics.items()},
+                   **_rollout_metrics(roll, batch), "rollout/lag": self.sync.lag(step),
+                   "rollout/resample_tries": tries, "time/rollout_and_reward": t1 - t0,
+                   "time/train": t2 - t1}
+        done = step + 1
+        ev = None
+        if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.train.steps:
+          t3 = time.time()
+          ev = self.evaluate()
+          metrics.update(ev, **{"time/eval": time.time() - t3})
+        if self._stop or done == cfg.train.steps or (
+            cfg.checkpoint.every and done % cfg.checkpoint.every == 0):
+          self._save(done, metrics, ev)
+        metrics["time/step"] = time.time() - t0
+        self.log.write(done, metrics)
+        self.log.console(done, metrics)
+        if self._stop:
+          print(f"SIGTERM: saved step {done} to {self.workdir}; exiting", flush=True)
+          break
+    finally:
+      signal.signal(signal.SIGTERM, prev)
+      self.log.close()
+      self.ckpt.close()
+    if cfg.log.plot and not self._stop:
+      from rljax.plot import plot_runs
+      plot_runs([self.workdir], os.path.join(self.workdir, "plots"))
+    with open(os.path.join(self.workdir, "final_metrics.json"), "w") as f:
+      json.dump(metrics, f, indent=2)
+    return metrics
+
+
+def _rollout_metrics(roll, batch) -> dict:
+  r, info = roll["r"], roll["info"]
+  mask = batch["mask_BxN"]
+  out = {"reward/mean": float(np.mean(roll["rewards"])),
+         "reward/std": float(np.std(roll["rewards"])),
+         "response/length_mean": float(mask.sum(1).mean()),
+         "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B)))}
+  for k in ("csr", "aon"):
+    if k in info:
+      out[f"reward/{k}"] = float(np.mean(info[k]))
+  return out
+
+
+def _refill(roll, keep, extra, ekeep, g):
+  """Replaces uninformative groups of `roll` by informative ones of `extra`."""
+  bad = [i for i, k in enumerate(keep) if not k]
+  good = [i for i, k in enumerate(ekeep) if k]
+  roll = dict(roll)
+  for dst, src in zip(bad, good):
+    sl_d, sl_s = slice(dst * g, (dst + 1) * g), slice(src * g, (src + 1) * g)
+    r, e = roll["r"], extra["r"]
+    roll["r"] = r._replace(**{f: _put(getattr(r, f), getattr(e, f), sl_d, sl_s)
+                              for f in r._fields if getattr(r, f) is not None})
+    roll["rewards"] = _put(roll["rewards"], extra["rewards"], sl_d, sl_s)
+    roll["info"] = {k: (_put(v, extra["info"][k], sl_d, sl_s) if isinstance(v, np.ndarray)
+                        and v.shape[:1] == roll["rewards"].shape else v)
+                    for k, v in roll["info"].items()}
+    for side in ("plus", "minus"):
+      roll[side] = tuple(_put(a, b, slice(dst, dst + 1), slice(src, src + 1))
+                         for a, b in zip(roll[side], extra[side]))
+    keep = keep.copy()
+    keep[dst] = True
+  return roll, keep
+
+
+def _put(dst, src, sl_d, sl_s):
+  dst = np.array(dst)
+  dst[sl_d] = np.asarray(src)[sl_s]
+  return dst
