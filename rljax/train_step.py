@@ -32,6 +32,7 @@ from flax import nnx
 from rljax.logprobs import token_logprobs
 from rljax.models.decoder import positions_from_mask
 from rljax.objectives import broadcast_advantage, make_normalizer
+from rljax.rollout.metrics import mismatch_metrics
 
 
 class TrainState(NamedTuple):
@@ -152,7 +153,9 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
   aux = {**{f"transform/{k}": v for k, v in t_metrics.items()},
          **{f"loss/{k}": v for k, v in l_metrics.items()},
          "actor/entropy": (out["entropy_BxT"] * mask).sum() / n_tok,
-         "actor/logp_mean": (out["logp_BxT"] * mask).sum() / n_tok}
+         "actor/logp_mean": (out["logp_BxT"] * mask).sum() / n_tok,
+         **{f"mismatch/{k}": v for k, v in mismatch_metrics(
+             mb["sampler_logp_BxN"], jax.lax.stop_gradient(out["logp_BxT"]), mask).items()}}
   if minus_logp is not None:
     delta = (old - minus_logp) * mask
     aux["cort/delta_mean"] = delta.sum() / n_tok

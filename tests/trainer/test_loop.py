@@ -1,0 +1,61 @@
+"""The RL loop on the :tiny config: learning, μ > 1 path, metrics, plots, sweeps."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from configs import cort_grpo  # noqa: E402
+from rljax.metrics_log import read_metrics  # noqa: E402
+from rljax.trainer import Trainer  # noqa: E402
+
+
+def _run(tmp_path, name="run", cfg=None, **over):
+  cfg = cfg or cort_grpo.get_config("tiny")
+  for k, v in over.items():
+    node = cfg
+    *path, leaf = k.split(".")
+    for p in path:
+      node = node[p]
+    node[leaf] = v
+  cfg.data.data_dir = str(tmp_path / "tfds")
+  wd = str(tmp_path / name)
+  return Trainer(cfg, wd).run(), wd
+
+
+def test_csr_rises_on_tiny_config(tmp_path):
+  final, wd = _run(tmp_path, **{"train.steps": 16, "checkpoint.every": 0})
+  csr = [r["reward/csr"] for r in read_metrics(wd)]
+  assert len(csr) == 16
+  first, last = np.mean(csr[:5]), np.mean(csr[-5:])
+  assert last > first + 0.2, (first, last, csr)
+  for key in ("actor/grad_norm", "response/length_clip_ratio", "transform/cort/weight_mean",
+              "actor/entropy", "loss/ppo/clip_frac", "mismatch/abs_log_ratio_mean",
+              "time/rollout_and_reward", "time/train", "eval/prompt_level_strict"):
+    assert key in final, key
+  assert os.path.exists(os.path.join(wd, "config.json"))
+  assert os.listdir(os.path.join(wd, "checkpoints", "last")) == ["16"]
+
+
+def test_inner_epochs_and_minibatches(tmp_path):
+  final, wd = _run(tmp_path, **{"train.steps": 2, "train.inner_epochs": 2,
+                                "train.num_minibatches": 2, "checkpoint.every": 0})
+  assert final["actor/num_skipped"] == 0 and np.isfinite(final["loss"])
+  assert "transform/cort/weight_mean" in final
+
+
+def test_plot_and_sweep_print(tmp_path, capsys):
+  from rljax import plot, sweep
+  _, wd = _run(tmp_path, **{"train.steps": 2, "checkpoint.every": 0})
+  paths = plot.plot_runs([wd], str(tmp_path / "plots"))
+  assert all(os.path.getsize(p) > 1000 for p in paths)
+  capsys.readouterr()
+  sweep.main(["--config", os.path.join(ROOT, "configs/cort_grpo.py:tiny"), "--print_only",
+              "--workdir", str(tmp_path / "sw")])
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert len(lines) == 4 and all("python -m rljax.sweep" in l and f"--index={i}" in l
+                                  for i, l in enumerate(lines))
