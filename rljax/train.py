@@ -26,7 +26,9 @@ def main(argv):
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
   sys.path.insert(0, os.getcwd())  # `configs/` next to the checkout
   from rljax.config_check import ConfigError
+  from rljax.sharding import maybe_initialize_distributed
   from rljax.trainer import Trainer
+  maybe_initialize_distributed()  # multi-host TPU pods; a no-op on one host
   cfg = _CONFIG.value
   workdir = _WORKDIR.value or cfg.workdir or default_workdir(_config_path())
   try:
