@@ -38,7 +38,7 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
   c.model = mlc.ConfigDict(dict(path=a.model, tiny=a.tiny, param_dtype="float32",
-                                dtype="float32", remat=True, tokenizer=""))
+                                dtype="float32", remat=False, tokenizer=""))
   # a random tiny decoder (used when model.tiny); the tokenizer is still the model path's
   c.model.tiny_config = mlc.ConfigDict(dict(
       model_type="qwen3", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -46,7 +46,7 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.mesh = mlc.ConfigDict(dict(shape=(1, -1, 1)))
   c.data = mlc.ConfigDict(dict(
       dataset="rubric", data_dir="", num_train=512, num_heldout=64, min_criteria=1,
-      max_criteria=3, batch_size=16, max_prompt_len=192, system="",
+      max_criteria=3, batch_size=16, max_prompt_len=160, max_replay_prompt_len=64, system="",
       instruction_ids=()))  # () = every registered IFEval criterion
   c.rollout = mlc.ConfigDict(dict(
       num_generations=4, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
@@ -74,7 +74,6 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
 def apply_tiny(c: mlc.ConfigDict) -> None:
   """A seconds-long run: random 2-layer model, short prompts and responses, high lr."""
   c.model.tiny = True
-  c.model.remat = False
   c.data.num_train, c.data.num_heldout, c.data.max_criteria = 64, 16, 1
   # a criterion that 4 random tokens satisfy sometimes, so a random model can learn it
   c.data.instruction_ids = ("change_case:english_lowercase",)

@@ -81,6 +81,7 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"{d.batch_size} rows do not split over {data_par} data-parallel devices (mesh "
         f"{tuple(shape)})")
   _need(d.max_prompt_len >= 1, "data.max_prompt_len", "must be >= 1")
+  _need(d.max_replay_prompt_len >= 1, "data.max_replay_prompt_len", "must be >= 1")
   _need(1 <= d.min_criteria <= d.max_criteria, "data.min_criteria",
         f"need 1 <= min_criteria <= max_criteria, got {d.min_criteria}, {d.max_criteria}")
   # reward

@@ -30,7 +30,7 @@ from rljax.train_step import (StepConfig, apply_transforms, init_state, jit_trai
                               make_optimizer, score_batch)
 
 
-def left_pad(rows: list[list[int]], length: int, pad_id: int, what: str):
+def left_pad(rows: list[list[int]], length: int, pad_id: int, what: str, key: str):
   """[B, length] ids and mask, left-padded; a clear error when a row does not fit."""
   ids = np.full((len(rows), length), pad_id, np.int32)
   mask = np.zeros((len(rows), length), np.int32)
@@ -140,9 +140,11 @@ class Trainer:
     system = self.cfg.data.system or None
     pairs = [format_chat(ex, self.tokenizer, system) for ex in examples]
     enc = lambda texts: [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    p = self.cfg.data.max_prompt_len
-    plus = left_pad(enc([a for a, _ in pairs]), p, self.pad_id, "rubric prompt x+")
-    minus = left_pad(enc([b for _, b in pairs]), p, self.pad_id, "rubric-free prompt x-")
+    d = self.cfg.data
+    plus = left_pad(enc([a for a, _ in pairs]), d.max_prompt_len, self.pad_id,
+                    "rubric prompt x+", "data.max_prompt_len")
+    minus = left_pad(enc([b for _, b in pairs]), d.max_replay_prompt_len, self.pad_id,
+                     "rubric-free prompt x-", "data.max_replay_prompt_len")
     return plus, minus
 
   def _rollout(self, step: int, examples, key):
