@@ -87,6 +87,12 @@ def apply_tiny(c: mlc.ConfigDict) -> None:
   c.log.plot = False
 
 
-def sweep_over(add, key: str, values) -> None:
-  for v in values:
-    add(**{key: v})
+def plain_config(arg, loss: str = "grpo", loss_kwargs=None, advantage: str = "grpo"):
+  """The base without CoRT token weights: one of the plain objectives."""
+  c = base_config(arg)
+  c.objective.transforms = ()
+  c.objective.transform_kwargs = {}
+  c.objective.advantage = advantage
+  c.objective.loss = loss
+  c.objective.loss_kwargs = dict(loss_kwargs or {})
+  return c

@@ -1,13 +1,9 @@
 """DAPO: clip-higher (0.2 / 0.28), token-mean, dynamic sampling."""
-from configs.common import base_config
+from configs.common import plain_config
 
 
 def get_config(arg=None):
-  c = base_config(arg)
-  c.objective.transforms = ()
-  c.objective.transform_kwargs = {}
-  c.objective.loss = "dapo"
-  c.objective.loss_kwargs = {}
+  c = plain_config(arg, loss="dapo")
   c.objective.dynamic_sampling = True
   return c
 

@@ -1,14 +1,9 @@
 """Dr.GRPO: no std normalization, seq-mean-token-sum-norm aggregation."""
-from configs.common import base_config
+from configs.common import plain_config
 
 
 def get_config(arg=None):
-  c = base_config(arg)
-  c.objective.advantage = "dr_grpo"
-  c.objective.transforms = ()
-  c.objective.transform_kwargs = {}
-  c.objective.loss_kwargs = {"agg": "seq-mean-token-sum-norm"}
-  return c
+  return plain_config(arg, advantage="dr_grpo", loss_kwargs={"agg": "seq-mean-token-sum-norm"})
 
 
 def sweep(add, arg=None):

@@ -1,12 +1,9 @@
 """Plain GRPO (the CoRT baseline): group-normalized advantages, PPO clip."""
-from configs.common import base_config
+from configs.common import plain_config
 
 
 def get_config(arg=None):
-  c = base_config(arg)
-  c.objective.transforms = ()
-  c.objective.transform_kwargs = {}
-  return c
+  return plain_config(arg, loss_kwargs={"eps_low": 0.2, "eps_high": 0.27})
 
 
 def sweep(add, arg=None):

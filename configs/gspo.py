@@ -1,14 +1,9 @@
 """GSPO: sequence-level ratio with small clip (3e-4 / 4e-4)."""
-from configs.common import base_config
+from configs.common import plain_config
 
 
 def get_config(arg=None):
-  c = base_config(arg)
-  c.objective.transforms = ()
-  c.objective.transform_kwargs = {}
-  c.objective.loss = "gspo"
-  c.objective.loss_kwargs = {}
-  return c
+  return plain_config(arg, loss="gspo")
 
 
 def sweep(add, arg=None):

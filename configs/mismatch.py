@@ -1,16 +1,13 @@
 """The shared base of the mismatch configs: a W8A8 + int4-KV rollout copy, the top-k head
 recorded, REINFORCE-style losses with one update per batch (SPEC §5)."""
-from configs.common import base_config
+from configs.common import plain_config
 
 
 def mismatch_config(arg, loss: str, transforms=(), loss_kwargs=None):
-  c = base_config(arg)
+  c = plain_config(arg, loss=loss, loss_kwargs=loss_kwargs)
   c.rollout.copy = "w8a8+kv4"
   c.rollout.record_topk = 32
   c.objective.transforms = tuple(transforms)
-  c.objective.transform_kwargs = {}
-  c.objective.loss = loss
-  c.objective.loss_kwargs = dict(loss_kwargs or {})
   return c
 
 

@@ -1,14 +1,10 @@
 """REAL: rewards as labels, in-group classification (SPEC §4); scale_rewards forced to none."""
-from configs.common import base_config
+from configs.common import plain_config
 
 
 def get_config(arg=None):
-  c = base_config(arg)
-  c.objective.transforms = ()
-  c.objective.transform_kwargs = {}
+  c = plain_config(arg, loss="real", loss_kwargs={"real_tau": 0.5})
   c.objective.advantage_kwargs = {"scale_rewards": "none"}
-  c.objective.loss = "real"
-  c.objective.loss_kwargs = {"real_tau": 0.5}
   return c
 
 
