@@ -5,6 +5,7 @@ from configs.common import plain_config
 def get_config(arg=None):
   c = plain_config(arg, loss="dapo")
   c.objective.dynamic_sampling = True
+  c.objective.overlong_cache = c.rollout.max_new_tokens // 4  # soft overlong punishment
   return c
 
 

@@ -115,6 +115,8 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         "train.grad_accum", f"{t.grad_accum} must split each mini-batch of {mb_rows} rows "
         f"into whole groups of {g}")
   _need(t.logprob_chunk >= 1, "train.logprob_chunk", "must be >= 1")
+  _need(0 <= o.overlong_cache <= r.max_new_tokens, "objective.overlong_cache",
+        f"{o.overlong_cache} must be in [0, max_new_tokens={r.max_new_tokens}] (0 = off)")
   if o.dynamic_sampling:
     _need(o.max_resample >= 0, "objective.max_resample", "must be >= 0")
   _need(cfg.checkpoint.every >= 0 and cfg.checkpoint.keep >= 1, "checkpoint",

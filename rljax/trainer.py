@@ -24,7 +24,7 @@ from rljax import sharding as shd
 from rljax.checkpointing import RunCheckpointer
 from rljax.config_check import objective_kwargs, sampler_config, validate_config
 from rljax.metrics_log import MetricsWriter
-from rljax.objectives import build_objective, informative_groups
+from rljax.objectives import build_objective, informative_groups, overlong_penalty
 from rljax.rollout import SamplerSync, generate
 from rljax.train_step import (StepConfig, apply_transforms, init_state, jit_train_step,
                               make_optimizer, score_batch)
@@ -157,8 +157,13 @@ class Trainer:
     g = self.cfg.rollout.num_generations
     rows = [ex for ex in examples for _ in range(g)]
     rewards, info = self.reward_fn(texts, rows, num_threads=self.cfg.reward.num_threads)
-    return dict(r=r, plus=(ids, mask), minus=minus, rewards=np.asarray(rewards, np.float32),
-                info=info, texts=texts)
+    rewards = np.asarray(rewards, np.float32)
+    cache = self.cfg.objective.overlong_cache
+    if cache:  # DAPO soft overlong punishment, counted in tokens
+      info = dict(info, overlong_penalty=np.asarray(overlong_penalty(
+          jnp.asarray(rmask.sum(1)), self.cfg.rollout.max_new_tokens, cache)))
+      rewards = rewards + info["overlong_penalty"]
+    return dict(r=r, plus=(ids, mask), minus=minus, rewards=rewards, info=info, texts=texts)
 
   def _assemble(self, roll) -> dict:
     g = self.cfg.rollout.num_generations
@@ -316,7 +321,7 @@ def _rollout_metrics(roll, batch) -> dict:
          "reward/std": float(np.std(roll["rewards"])),
          "response/length_mean": float(mask.sum(1).mean()),
          "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B)))}
-  for k in ("csr", "aon"):
+  for k in ("csr", "aon", "overlong_penalty"):
     if k in info:
       out[f"reward/{k}"] = float(np.mean(info[k]))
   return out

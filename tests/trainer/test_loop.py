@@ -59,3 +59,16 @@ def test_plot_and_sweep_print(tmp_path, capsys):
   lines = capsys.readouterr().out.strip().splitlines()
   assert len(lines) == 4 and all("python -m rljax.sweep" in l and f"--index={i}" in l
                                   for i, l in enumerate(lines))
+
+
+@pytest.mark.parametrize("name", ["dapo", "tis_sc"])
+def test_other_objectives_run(tmp_path, name):
+  """DAPO (dynamic sampling + overlong shaping) and TIS+top-k SC with a W8A8+int4-KV sampler."""
+  from rljax.sweep import load_config_module
+  cfg = load_config_module(os.path.join(ROOT, "configs", f"{name}.py")).get_config("tiny")
+  final, wd = _run(tmp_path, cfg=cfg, **{"train.steps": 2, "checkpoint.every": 0})
+  assert np.isfinite(final["loss"]) and final["actor/num_skipped"] == 0
+  if name == "dapo":
+    assert "reward/overlong_penalty" in final and "rollout/resample_tries" in final
+  else:
+    assert final["mismatch/abs_log_ratio_mean"] > 0  # the quantized sampler differs
