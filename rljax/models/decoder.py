@@ -118,15 +118,16 @@ class Layers(nnx.Module):
     self.w_down = _param(rngs, (L, F, D), pd)
 
 
-def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn):
+def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
+           dot=jnp.einsum):
   """One pre-norm block. `kv_fn(k, v) -> (keys, values, allowed, aux)` attaches the cache;
-  returns (x, aux)."""
+  `dot(spec, x, w)` is every activation x weight product; returns (x, aux)."""
   dt = cfg.jnp_dtype
   c = lambda a: a.astype(dt)
   h = rms_norm(x_BxTxD, p["attn_norm"], cfg.rms_norm_eps)
-  q = jnp.einsum("btd,dhe->bthe", h, c(p["wq"]))
-  k = jnp.einsum("btd,dke->btke", h, c(p["wk"]))
-  v = jnp.einsum("btd,dke->btke", h, c(p["wv"]))
+  q = dot("btd,dhe->bthe", h, c(p["wq"]))
+  k = dot("btd,dke->btke", h, c(p["wk"]))
+  v = dot("btd,dke->btke", h, c(p["wv"]))
   if cfg.qkv_bias:
     q, k, v = q + c(p["bq"]), k + c(p["bk"]), v + c(p["bv"])
   if cfg.qk_norm:
@@ -136,19 +137,23 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn):
   k = apply_rope(k, positions_BxT, inv_freq)
   keys, values, allowed, aux = kv_fn(k, v)
   o = attention(q, keys, values, allowed)
-  x = x_BxTxD + jnp.einsum("bthe,hed->btd", o, c(p["wo"]))
+  x = x_BxTxD + dot("bthe,hed->btd", o, c(p["wo"]))
   h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
-  g = jnp.einsum("btd,df->btf", h, c(p["w_gate"]))
-  u = jnp.einsum("btd,df->btf", h, c(p["w_up"]))
-  return x + jnp.einsum("btf,fd->btd", jax.nn.silu(g) * u, c(p["w_down"])), aux
+  g = dot("btd,df->btf", h, c(p["w_gate"]))
+  u = dot("btd,df->btf", h, c(p["w_up"]))
+  return x + dot("btf,fd->btd", jax.nn.silu(g) * u, c(p["w_down"])), aux
 
 
 class Decoder(nnx.Module):
   """Causal LM trunk: `__call__` returns final-normed hidden states (and the cache)."""
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool = False):
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool = False, numerics=None):
     self.cfg = cfg
     self.remat = remat
+    # Optional static hook that changes the arithmetic, not the parameters: an object with
+    # `dot(spec, x, w)` (every activation x weight einsum) and `kv(x_BxTxKxE)` (keys and
+    # values as attention reads them). rljax.rollout uses it for W8A8 and quantized KV.
+    self.numerics = numerics
     # Unrolling the layer scan helps XLA:CPU on shallow models; deep models keep a loop
     # so compile time does not grow with depth.
     self.scan_unroll = cfg.num_layers if cfg.num_layers <= 8 else 1
@@ -175,13 +180,16 @@ class Decoder(nnx.Module):
     params = {k: v[...] for k, v in vars(self.layers).items() if isinstance(v, nnx.Param)}
     t = tokens_BxT.shape[1]
     mask_BxT = mask_BxT.astype(bool)
+    dot = self.numerics.dot if self.numerics is not None else jnp.einsum
+    kvq = self.numerics.kv if self.numerics is not None else (lambda a: a)
 
     if cache is None:
       causal = jnp.tril(jnp.ones((t, t), bool))
       allowed = causal[None] & mask_BxT[:, None, :]
 
       def layer(x, p):
-        return _block(cfg, p, x, positions_BxT, inv_freq, lambda k, v: (k, v, allowed, None))
+        return _block(cfg, p, x, positions_BxT, inv_freq,
+                      lambda k, v: (kvq(k), kvq(v), allowed, None), dot)
 
       if self.remat:
         layer = jax.checkpoint(layer)
@@ -199,14 +207,14 @@ class Decoder(nnx.Module):
       p, i = p_i
 
       def kv_fn(k, v):
+        # Write only the new slots into the whole cache (in place), then read layer i.
         zero = jnp.zeros((), jnp.int32)
-        nk = jax.lax.dynamic_update_slice(ck[i], k.astype(ck.dtype), (zero, idx, zero, zero))
-        nv = jax.lax.dynamic_update_slice(cv[i], v.astype(cv.dtype), (zero, idx, zero, zero))
-        return nk.astype(k.dtype), nv.astype(v.dtype), allowed, (nk, nv)
+        at = (i, zero, idx, zero, zero)
+        nk = jax.lax.dynamic_update_slice(ck, kvq(k).astype(ck.dtype)[None], at)
+        nv = jax.lax.dynamic_update_slice(cv, kvq(v).astype(cv.dtype)[None], at)
+        return nk[i].astype(k.dtype), nv[i].astype(v.dtype), allowed, (nk, nv)
 
-      x, (nk, nv) = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn)
-      ck = jax.lax.dynamic_update_index_in_dim(ck, nk, i, 0)
-      cv = jax.lax.dynamic_update_index_in_dim(cv, nv, i, 0)
+      x, (ck, cv) = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot)
       return (x, ck, cv), None
 
     (x, ck, cv), _ = jax.lax.scan(

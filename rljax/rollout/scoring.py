@@ -1,0 +1,45 @@
+"""The trainer-side logprobs of a rollout's tokens (reference for tests, bench and logging).
+
+The train step computes the same thing fused with its loss; this is the stand-alone
+version: one full forward of prompt + response and `rljax.logprobs.token_logprobs`
+under the sampler's temperature / top-k / top-p (plain logprobs for greedy).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rljax.logprobs import token_logprobs
+from rljax.models.decoder import positions_from_mask
+from rljax.rollout.config import SamplerConfig
+from rljax.rollout.sampler import Rollout, as_graph_state, sequences
+
+
+def score_rollout(model, rollout: Rollout, cfg: SamplerConfig, with_head: bool = False) -> dict:
+  """dict(logp_BxN[, head_logp_BxNxK]): the model's logprobs of the sampled tokens (and of
+  the recorded head ids) under the sampling distribution's settings, float32."""
+  graphdef, state = as_graph_state(model)
+  ids, mask = sequences(rollout)
+  n = rollout.tokens_BxN.shape[1]
+  head = rollout.topk_ids_BxNxK if with_head else None
+  t, k, p = (1.0, 0, 1.0) if cfg.greedy else (cfg.temperature, cfg.top_k, cfg.top_p)
+  return _score_jit(graphdef, state, ids, mask, head, n, t, k, p)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5, 6, 7, 8))
+def _score_jit(graphdef, state, ids_BxT, mask_BxT, head_BxNxK, n, temperature, top_k, top_p):
+  model = nnx.merge(graphdef, state)
+  hidden, _ = model(ids_BxT, positions_from_mask(mask_BxT), mask_BxT)
+  # hidden[:, t] predicts ids[:, t + 1]: the N response tokens are predicted by the N
+  # positions ending one before the last.
+  h = hidden[:, -n - 1:-1]
+  out = token_logprobs(h, model.unembed_DxV(), ids_BxT[:, -n:], head_BxNxK,
+                       temperature=temperature, top_k=top_k, top_p=top_p)
+  live = mask_BxT[:, -n:] > 0
+  res = {"logp_BxN": jnp.where(live, out["logp_BxT"], 0.0)}
+  if head_BxNxK is not None:
+    res["head_logp_BxNxK"] = out["head_logp_BxTxK"]
+  return res
