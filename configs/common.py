@@ -59,8 +59,11 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
       max_resample=3, overlong_cache=0, teacher=""))  # overlong_cache: DAPO L_cache
   c.optim = mlc.ConfigDict(dict(lr=1e-6, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8,
                                 grad_clip=1.0, warmup_steps=0, schedule="constant"))
+  # truncate_logprobs: score π_θ under the sampler's top-k / top-p truncation too (p = q
+  # exactly without mismatch, but log p = -inf where the supports differ); default: the full
+  # distribution at the sampler's temperature, so the truncation is part of the mismatch.
   c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=1, grad_accum=1,
-                                logprob_chunk=256, ref_model=False))
+                                logprob_chunk=256, ref_model=False, truncate_logprobs=False))
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict"))
   c.eval = mlc.ConfigDict(dict(every=0, num_prompts=16))
   c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))

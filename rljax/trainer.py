@@ -119,8 +119,9 @@ class Trainer:
     fused = t.inner_epochs == 1 and t.num_minibatches == 1
     r = cfg.rollout
     self.step_cfg = StepConfig(
-        objective=self.objective, response_len=r.max_new_tokens, temperature=float(r.temperature)
-        or 1.0, top_k=r.top_k, top_p=float(r.top_p), chunk_size=t.logprob_chunk,
+        objective=self.objective, response_len=r.max_new_tokens,
+        temperature=float(r.temperature) or 1.0, top_k=r.top_k if t.truncate_logprobs else 0,
+        top_p=float(r.top_p) if t.truncate_logprobs else 1.0, chunk_size=t.logprob_chunk,
         replay=any(n.startswith("cort") for n in cfg.objective.transforms),
         fused_scoring=fused, head_k=max(r.record_topk, 0) if r.record_topk else 0,
         use_ref=bool(t.ref_model))
