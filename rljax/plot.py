@@ -10,7 +10,7 @@ from rljax.metrics_log import read_metrics
 
 PANELS = (("actor/grad_norm", "actor grad norm"),
           ("response/length_clip_ratio", "length-clip ratio"),
-          ("transform/cort/weight_mean", "mean token weight"),
+          ("transform/cort/raw_weight_mean", "mean token weight (before normalization)"),
           ("actor/entropy", "actor entropy"))
 REWARDS = (("reward/mean", "reward"), ("reward/csr", "CSR"), ("reward/aon", "AON"),
            ("eval/prompt_level_strict", "held-out IFEval-P (strict)"))
