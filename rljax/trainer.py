@@ -254,17 +254,37 @@ class Trainer:
             "metrics": {k: float(v) for k, v in metrics.items() if np.isscalar(v)
                         or getattr(v, "ndim", 1) == 0}}
 
+  def _ckpt_tree(self, state, sampler_state=None) -> dict:
+    """What is saved: the train state, and a stale sampler's snapshot (it differs from the
+    trainer's params between syncs, so resuming without it would not be exact)."""
+    tree = {"train": state}
+    if sampler_state is not None:
+      tree["sampler"] = nnx.to_pure_dict(sampler_state)
+    return tree
+
   def _save(self, step: int, metrics: dict, eval_metrics=None):
-    self.ckpt.save(step, self.state, self._meta(step, metrics), eval_metrics)
+    held = self.sync.held() if self.sync.every > 1 else None
+    tree = self._ckpt_tree(self.state, None if held is None else held[1])
+    self.ckpt.save(step, tree, self._meta(step, metrics), eval_metrics)
 
   def _restore(self) -> int:
     latest = self.ckpt.latest_step()
     if latest is None:
       return 0
-    state, meta = self.ckpt.restore(self.state, latest)
-    self.state = state
+    held = None
+    if self.sync.every > 1:  # the snapshot's structure: a fresh copy of the trainer
+      from rljax.rollout import make_sampler_params
+      held = make_sampler_params(nnx.merge(self.graphdef, self.state.params), self.sync.copy,
+                                 force_copy=True)
+    tree, meta = self.ckpt.restore(self._ckpt_tree(self.state, None if held is None
+                                                   else held[1]), latest)
+    self.state = tree["train"]
     self.batches.set_state(meta["data"])
     self.sync.load_state_dict(meta["sampler_sync"])
+    if held is not None:
+      state = held[1]
+      nnx.replace_by_pure_dict(state, tree["sampler"])
+      self.sync.restore_held((held[0], state))
     print(f"resumed from {self.workdir} at step {latest}", flush=True)
     return int(latest)
 

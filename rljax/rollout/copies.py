@@ -155,7 +155,8 @@ class SamplerSync:
   re-quantizes) when `step - last_sync_step >= every` or nothing is held, so between
   syncs the sampler lags the trainer by 0, 1, ..., every - 1 updates. `state_dict()`
   is the small checkpointable state; after `load_state_dict` the first call re-syncs
-  from the restored trainer (checkpoint at sync steps to resume bit-exactly).
+  from the restored trainer unless `restore_held` put back the checkpointed snapshot (the
+  trainer saves it when every > 1, so a stale sampler resumes bit-exactly).
   """
   copy: RolloutCopy = RolloutCopy()
   every: int = 1
@@ -187,6 +188,14 @@ class SamplerSync:
   def state_dict(self) -> dict:
     return {"every": self.every, "last_sync_step": self.last_sync_step,
             "num_syncs": self.num_syncs}
+
+  def held(self):
+    """The (graphdef, state) sampled with now, or None before the first sync."""
+    return self._held
+
+  def restore_held(self, held) -> None:
+    """Puts back a checkpointed sampler snapshot (exact resume of a stale sampler)."""
+    self._held = held
 
   def load_state_dict(self, d: dict) -> None:
     self.every, self.last_sync_step, self.num_syncs = (int(d["every"]), int(d["last_sync_step"]),

@@ -7,15 +7,17 @@ import time
 
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 5
 
 
-def _cmd(wd, data_dir, steps=STEPS):
+def _cmd(wd, data_dir, steps=STEPS, sync_every=1):
   return [sys.executable, "-m", "rljax.train", "--config", f"configs/cort_grpo.py:tiny",
           f"--config.train.steps={steps}", f"--config.data.data_dir={data_dir}",
-          "--config.eval.num_prompts=0", f"--workdir={wd}"]
+          f"--config.rollout.sync_every={sync_every}", "--config.eval.num_prompts=0",
+          f"--workdir={wd}"]
 
 
 def _env():
@@ -34,26 +36,30 @@ def _wait_for(path, proc, timeout=300):
 
 def _params(wd, step):
   tree = ocp.StandardCheckpointer().restore(os.path.join(wd, "checkpoints", "last", str(step),
-                                                         "state"))
+                                                         "state"))["train"]
   return tree["params"] if isinstance(tree, dict) else tree[0]
 
 
-def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
+@pytest.mark.parametrize("sync_every", [1, 2])
+def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, sync_every):
+  """sync_every=2 kills between syncs: the stale sampler snapshot must come back too."""
   data = str(tmp_path / "tfds")
   full = str(tmp_path / "full")
-  subprocess.run(_cmd(full, data), cwd=ROOT, env=_env(), check=True, capture_output=True,
-                 timeout=600)
+  subprocess.run(_cmd(full, data, sync_every=sync_every), cwd=ROOT, env=_env(), check=True,
+                 capture_output=True, timeout=600)
   killed = str(tmp_path / "killed")
-  proc = subprocess.Popen(_cmd(killed, data), cwd=ROOT, env=_env(),
+  proc = subprocess.Popen(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=_env(),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  _wait_for(os.path.join(killed, "checkpoints", "last", "2"), proc)
+  # killed after step 3: with sync_every=2 the sampler held then was synced at step 2 and is
+  # still used at step 4, so the resume must restore that snapshot
+  _wait_for(os.path.join(killed, "checkpoints", "last", "3"), proc)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   done = sorted(int(s) for s in os.listdir(os.path.join(killed, "checkpoints", "last"))
                 if s.isdigit())
   assert done and done[-1] < STEPS
-  out = subprocess.run(_cmd(killed, data), cwd=ROOT, env=_env(), capture_output=True,
-                       text=True, timeout=600)
+  out = subprocess.run(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   assert f"resumed from {killed} at step {done[-1]}" in out.stdout
   a, b = _params(full, STEPS), _params(killed, STEPS)
