@@ -151,15 +151,20 @@ class CapitalWordFrequency(Verifier):
                    kw["capital_frequency"])
 
 
+def _english_in_case(response: str, in_case: bool) -> bool:
+  """IFEval's change_case checks: the case test first, then English (or undetectable)."""
+  if not in_case:
+    return False
+  lang = text.detect_language(response)
+  return lang is None or lang == "en"
+
+
 @register_verifier
 class EnglishCapital(Verifier):
   id = "change_case:english_capital"
 
   def _check(self, response, kw):
-    if not response.isupper():
-      return False
-    lang = text.detect_language(response)
-    return lang is None or lang == "en"
+    return _english_in_case(response, response.isupper())
 
 
 @register_verifier
@@ -167,10 +172,7 @@ class EnglishLowercase(Verifier):
   id = "change_case:english_lowercase"
 
   def _check(self, response, kw):
-    if not response.islower():
-      return False
-    lang = text.detect_language(response)
-    return lang is None or lang == "en"
+    return _english_in_case(response, response.islower())
 
 
 # --- punctuation ------------------------------------------------------------------------
