@@ -87,8 +87,10 @@ def rloo(rewards_B, group_size: int, cfg: AdvantageConfig):
   if group_size < 2:
     raise ValueError(f"rloo needs group_size >= 2, got {group_size}")
   r = as_groups(rewards_B.astype(fdtype()), group_size)
-  loo_mean = (jnp.sum(r, axis=1, keepdims=True) - r) / (group_size - 1)
-  return _finish(r - loo_mean, r)
+  # The centred form, not r − (Σr − r)/(G−1): a reward equal to the group mean gets an
+  # exact 0 (the subtraction form leaves ±1 ulp of the wrong sign, e.g. [1, .5, .5, 0]).
+  scale = group_size / (group_size - 1)
+  return _finish(scale * (r - jnp.mean(r, axis=1, keepdims=True)), r)
 
 
 register_entry(KIND, "grpo", grpo, AdvantageConfig,

@@ -1,8 +1,11 @@
 """Property tests over random shapes, masks and rewards.
 
 Each property is a function of a few sizes and a seed. It always runs on a
-handful of seeded draws; with `hypothesis` installed it also runs under
-hypothesis, which searches and shrinks the sizes and seed.
+handful of seeded draws and on every example hypothesis ever falsified
+(`REGRESSIONS`); with `hypothesis` installed it also runs under hypothesis. The
+hypothesis profile comes from `tests/conftest.py`: derandomized (the same examples
+every run) when `CI=true`, a larger random search otherwise. A new falsifying
+example goes into `REGRESSIONS`.
 """
 import jax
 import jax.numpy as jnp
@@ -15,7 +18,7 @@ from rljax.objectives import real_from_scores
 from tests.objectives.test_real import real_numpy
 
 try:
-  from hypothesis import given, settings, strategies as st
+  from hypothesis import example, given, strategies as st
 except ImportError:  # pragma: no cover - optional dependency
   given = None
 
@@ -123,6 +126,25 @@ CASES = {
 }
 
 
+# (a, b, seed) examples that hypothesis once falsified, kept as explicit cases.
+REGRESSIONS = {
+    # rloo gave [0.667, -1.49e-8, -1.49e-8, -0.667] for rewards [1, .5, .5, 0] (mean .5).
+    "advantages": [(1, 4, 0)],
+}
+
+
+def test_rloo_reward_equal_to_mean_is_exactly_zero():
+  entry = registry.get("advantage", "rloo")
+  adv, _ = entry(jnp.asarray([1.0, 0.5, 0.5, 0.0]), 4, entry.make_config())
+  np.testing.assert_array_equal(np.asarray(adv), np.asarray([2 / 3, 0.0, 0.0, -2 / 3], np.float32))
+
+
+@pytest.mark.parametrize("prop,a,b,seed", [(p, *c) for p in sorted(REGRESSIONS)
+                                           for c in REGRESSIONS[p]])
+def test_property_regressions(prop, a, b, seed):
+  CASES[prop][0](a, b, seed)
+
+
 @pytest.mark.parametrize("prop", sorted(CASES))
 def test_property_on_seeded_draws(prop):
   fn, sizes = CASES[prop]
@@ -139,9 +161,11 @@ if given is not None:
     fn = CASES[prop][0]
     a0, a1, b0, b1 = _SIZES[prop]
 
-    @settings(max_examples=10, deadline=None)
     @given(st.integers(a0, a1), st.integers(b0, b1), st.integers(0, 2**16))
     def run(a, b, seed):
       fn(a, b, seed)
+
+    for a, b, seed in REGRESSIONS.get(prop, ()):
+      run = example(a, b, seed)(run)
 
     run()
