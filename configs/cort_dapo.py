@@ -5,7 +5,7 @@ from configs import dapo
 def get_config(arg=None):
   c = dapo.get_config(arg)
   c.objective.transforms = ("cort",)
-  c.objective.transform_kwargs = {"cort": {"ramp_steps": 100}}
+  c.objective.transform_kwargs = {"cort": {"ramp_steps": 0.5}}
   return c
 
 
