@@ -41,10 +41,11 @@ def minibatch_rows(key, num_rows: int, group_size: int, epochs: int,
 
 def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc: StepConfig,
                  epochs: int, num_minibatches: int, grad_accum: int = 1,
-                 minibatch_sharding=None):
+                 minibatch_sharding=None, per_update: bool = False):
   """Score → transforms → scan over μ mini-batch updates. Returns (state, metrics): the
   per-update metrics averaged over the μ updates, `actor/num_updates`, and
-  `actor/update_skipped` = how many of them were skipped."""
+  `actor/update_skipped` = how many of them were skipped (with `per_update`, also
+  `per_update/loss` [μ], the loss of each update)."""
   sc_mb = dataclasses.replace(sc, fused_scoring=False)
   scores = score_batch(graphdef, state.params, batch, sc_mb, ref_params)
   adv, ts, t_metrics = apply_transforms(state.transform_state, batch, scores, sc_mb)
@@ -62,11 +63,13 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
     return train_step(state, mb, ref_params, graphdef=graphdef, optimizer=optimizer, sc=sc_mb,
                       grad_accum=grad_accum)
 
-  state, per_update = jax.lax.scan(body, state, rows)
-  metrics = {k: v.mean(0) for k, v in per_update.items()}
-  metrics["actor/update_skipped"] = per_update["actor/update_skipped"].sum()
-  metrics["actor/num_skipped"] = per_update["actor/num_skipped"][-1]
+  state, per_update_metrics = jax.lax.scan(body, state, rows)
+  metrics = {k: v.mean(0) for k, v in per_update_metrics.items()}
+  metrics["actor/update_skipped"] = per_update_metrics["actor/update_skipped"].sum()
+  metrics["actor/num_skipped"] = per_update_metrics["actor/num_skipped"][-1]
   metrics["actor/num_updates"] = jnp.float32(rows.shape[0])
+  if per_update:
+    metrics["per_update/loss"] = per_update_metrics["loss"]
   metrics.update({f"transform/{k}": v for k, v in t_metrics.items()})
   metrics.update({f"cort/{k}": scores[k] for k in _BATCH_METRICS if k in scores})
   if "plus_logp_BxN" in scores:
@@ -79,11 +82,11 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
 
 def jit_update_batch(graphdef, optimizer, sc: StepConfig, *, epochs: int, num_minibatches: int,
                      grad_accum: int = 1, state_shardings=None, batch_shardings=None,
-                     ref_shardings=None, replicated=None):
+                     ref_shardings=None, replicated=None, per_update: bool = False):
   """`jax.jit` of `update_batch` with explicit shardings, donating the state."""
   fn = lambda state, batch, ref, key: update_batch(
       state, batch, ref, key, graphdef=graphdef, optimizer=optimizer, sc=sc, epochs=epochs,
-      num_minibatches=num_minibatches, grad_accum=grad_accum,
+      num_minibatches=num_minibatches, grad_accum=grad_accum, per_update=per_update,
       minibatch_sharding=None if batch_shardings is None else _mb_shardings(batch_shardings))
   if state_shardings is None:
     return jax.jit(fn, donate_argnums=(0,))
