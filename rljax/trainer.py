@@ -211,12 +211,13 @@ class Trainer:
     resp, rmask = np.asarray(r.tokens_BxN, np.int32), np.asarray(r.mask_BxN, np.int32)
     (pi, pm), (mi, mm) = roll["plus"], roll["minus"]
     adv, _ = self.objective.advantages(jnp.asarray(roll["rewards"]))
-    if "keep_groups" in roll:  # groups still uninformative after resampling: dropped
-      rmask = rmask * np.repeat(roll["keep_groups"], g)[:, None].astype(np.int32)
-      adv = np.asarray(adv) * np.repeat(roll["keep_groups"], g)
+    keep_B = np.repeat(roll.get("keep_groups", np.ones(len(pi), bool)), g)
+    # groups still uninformative after resampling are dropped: out of the loss mask (and so
+    # of every normalizer count), advantage 0
     batch = {"tokens_BxL": np.concatenate([rep(pi), resp], 1),
              "attn_mask_BxL": np.concatenate([rep(pm), rmask], 1),
-             "mask_BxN": rmask.astype(np.float32), "adv_B": np.asarray(adv, np.float32),
+             "mask_BxN": (rmask * keep_B[:, None]).astype(np.float32),
+             "adv_B": np.asarray(adv, np.float32) * keep_B,
              "sampler_logp_BxN": np.asarray(r.logq_BxN, np.float32)}
     if self.step_cfg.replay:
       batch["minus_tokens_BxM"] = np.concatenate([rep(mi), resp], 1)
