@@ -209,7 +209,7 @@ class Trainer:
     r = roll["r"]
     rep = lambda a: np.repeat(a, g, axis=0)
     resp, rmask = np.asarray(r.tokens_BxN, np.int32), np.asarray(r.mask_BxN, np.int32)
-    (pi, pm), (mi, mm) = roll["plus"], roll["minus"]
+    (pi, pm), (mi, mm) = roll["plus"], roll["minus"][:2]
     adv, _ = self.objective.advantages(jnp.asarray(roll["rewards"]))
     keep_B = np.repeat(roll.get("keep_groups", np.ones(len(pi), bool)), g)
     # groups still uninformative after resampling are dropped: out of the loss mask (and so
@@ -225,7 +225,7 @@ class Trainer:
     if self.step_cfg.replay_mode == "per_criterion":
       ci, cm, cid = roll["minus"][2:]
       c = ci.shape[1]
-      rep_c = lambda a: np.repeat(a[:, :, None], c, 1)  # response [B, N] -> [B, C, N]
+      rep_c = lambda a: np.repeat(a[:, None], c, 1)  # response [B, N] -> [B, C, N]
       batch["crit_tokens_BxCxL"] = np.concatenate([rep(ci), rep_c(resp)], 2)
       batch["crit_attn_mask_BxCxL"] = np.concatenate([rep(cm), rep_c(rmask)], 2)
       batch["crit_id_BxC"] = rep(cid)
