@@ -11,4 +11,4 @@ def get_config(arg=None):
 
 def sweep(add, arg=None):
   for eta in (0.25, 0.5):
-    add(**{"objective.transform_kwargs": {"cort": {"eta": eta}}})
+    add(**{"objective.transform_kwargs": {"cort": {"eta": eta, "ramp_steps": 0.5}}})
