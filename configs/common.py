@@ -32,8 +32,13 @@ def parse_arg(arg: str | None, **defaults) -> mlc.ConfigDict:
 
 
 def base_config(arg: str | None = None) -> mlc.ConfigDict:
-  """The shared base: CoRT-GRPO on SmolLM2 with the bundled rubric prompts, on CPU."""
-  a = parse_arg(arg, tiny=False, model="smollm2", steps=0)
+  """The shared base: CoRT-GRPO on SmolLM2 with the bundled rubric prompts.
+
+  The default is the CoRT paper's setting (64 prompts × 8 samples, lr 1e-6, clip
+  0.2 / 0.27, 4 mini-batches of whole groups = 4 PPO updates per rollout batch); `:cpu`
+  is the README's minutes-long main job on 2 CPU cores; `:tiny` a seconds-long random model.
+  """
+  a = parse_arg(arg, tiny=False, cpu=False, model="smollm2", steps=0)
   c = mlc.ConfigDict()
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
@@ -46,32 +51,48 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.mesh = mlc.ConfigDict(dict(shape=(1, -1, 1)))
   c.data = mlc.ConfigDict(dict(
       dataset="rubric", data_dir="", num_train=512, num_heldout=64, min_criteria=1,
-      max_criteria=3, batch_size=16, max_prompt_len=160, max_replay_prompt_len=64, system="",
+      max_criteria=3, batch_size=512, max_prompt_len=160, max_replay_prompt_len=64, system="",
       instruction_ids=()))  # () = every registered IFEval criterion
   c.rollout = mlc.ConfigDict(dict(
-      num_generations=4, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
+      num_generations=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
       record_topk=0, copy="none", sync_every=1))
   c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0))
+  # CoRT ramp_steps: an int K, or a float in (0, 1] = that fraction of train.steps (so the
+  # ramp finishes within the run). replay_policy: old (π_old) | ref (frozen initial
+  # params); replay_mode: all (x⁻ = no criteria) | per_criterion (x⁺ minus criterion j).
   c.objective = mlc.ConfigDict(dict(
       advantage="grpo", transforms=("cort",), loss="grpo", advantage_kwargs={},
-      transform_kwargs={"cort": {"ramp_steps": 100, "warmup_steps": 0}},
+      transform_kwargs={"cort": {"ramp_steps": 0.5, "warmup_steps": 0}},
       loss_kwargs={"eps_low": 0.2, "eps_high": 0.27}, dynamic_sampling=False,
-      max_resample=3, overlong_cache=0, teacher=""))  # overlong_cache: DAPO L_cache
+      max_resample=3, overlong_cache=0, teacher="", replay_policy="old",
+      replay_mode="all"))  # overlong_cache: DAPO L_cache
   c.optim = mlc.ConfigDict(dict(lr=1e-6, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8,
                                 grad_clip=1.0, warmup_steps=0, schedule="constant"))
   # truncate_logprobs: score π_θ under the sampler's top-k / top-p truncation too (p = q
   # exactly without mismatch, but log p = -inf where the supports differ); default: the full
   # distribution at the sampler's temperature, so the truncation is part of the mismatch.
-  c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=1, grad_accum=1,
-                                logprob_chunk=256, ref_model=False, truncate_logprobs=False))
+  # inner_epochs × num_minibatches PPO updates per rollout batch (mini-batches of whole
+  # groups); max_consecutive_skips: abort (after saving) when that many updates in a row were
+  # skipped for a non-finite loss / gradient (0 = never).
+  c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=4, grad_accum=1,
+                                logprob_chunk=256, ref_model=False, truncate_logprobs=False,
+                                max_consecutive_skips=3))
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict"))
   c.eval = mlc.ConfigDict(dict(every=0, num_prompts=16))
   c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))
+  if a.cpu:
+    apply_cpu(c)
   if a.tiny:
     apply_tiny(c)
   if a.steps:
     c.train.steps = a.steps
   return c
+
+
+def apply_cpu(c: mlc.ConfigDict) -> None:
+  """The README's main job: SmolLM2, 4 prompts × 4 samples, 2 epochs × 2 mini-batches."""
+  c.data.batch_size, c.rollout.num_generations = 16, 4
+  c.train.inner_epochs, c.train.num_minibatches = 2, 2
 
 
 def apply_tiny(c: mlc.ConfigDict) -> None:
@@ -82,7 +103,9 @@ def apply_tiny(c: mlc.ConfigDict) -> None:
   c.data.instruction_ids = ("change_case:english_lowercase",)
   c.data.batch_size, c.data.max_prompt_len = 16, 160
   c.rollout.num_generations, c.rollout.max_new_tokens = 8, 4
-  c.rollout.top_k = 32  # sampler and trainer share this truncation (rljax.logprobs)
+  c.rollout.top_k = 32
+  c.train.truncate_logprobs = True  # the trainer scores the sampler's top-k distribution too
+  c.train.inner_epochs, c.train.num_minibatches = 2, 2  # 4 PPO updates, 1 group each
   c.optim.lr = 1e-2
   c.train.steps = 4
   c.eval.num_prompts = 4

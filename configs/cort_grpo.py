@@ -10,4 +10,4 @@ def sweep(add, arg=None):
   """The CoRT ablations of SPEC §3."""
   for t in ("cort", "cort_no_norm", "cort_no_ramp", "cort_no_norm_no_ramp"):
     add(**{"objective.transforms": (t,),
-           "objective.transform_kwargs": {t: {} if "no_ramp" in t else {"ramp_steps": 100}}})
+           "objective.transform_kwargs": {t: {} if "no_ramp" in t else {"ramp_steps": 0.5}}})

@@ -12,4 +12,4 @@ def get_config(arg=None):
 
 def sweep(add, arg=None):
   for t in ("cort", "cort_no_norm"):
-    add(**{"objective.transforms": (t,), "objective.transform_kwargs": {t: {}}})
+    add(**{"objective.transforms": (t,), "objective.transform_kwargs": {t: {"ramp_steps": 0.5}}})

@@ -15,6 +15,7 @@ import ml_collections as mlc
 
 from rljax import registry
 from rljax.objectives import validate as validate_objective
+from rljax.replay import REPLAY_MODES, REPLAY_POLICIES
 from rljax.rollout import RolloutCopy, SamplerConfig
 
 DATASETS = ("rubric",)
@@ -29,14 +30,40 @@ def _need(ok: bool, key: str, msg: str) -> None:
     raise ConfigError(f"config.{key}: {msg}")
 
 
+def resolve_ramp(kwargs: dict, steps: int) -> dict:
+  """A float `ramp_steps` in (0, 1] is that fraction of the run's `steps` (at least 1)."""
+  r = kwargs.get("ramp_steps")
+  if isinstance(r, float):
+    if not 0 < r <= 1:
+      raise ConfigError(f"config.objective.transform_kwargs: ramp_steps={r} as a float is a "
+                        "fraction of train.steps and must be in (0, 1]; give an int for steps")
+    kwargs = dict(kwargs, ramp_steps=max(1, round(r * steps)))
+  return kwargs
+
+
 def objective_kwargs(cfg: mlc.ConfigDict, vocab_size: int | None = None) -> dict:
   o = cfg.objective
   return dict(advantage=o.advantage, loss=o.loss, transforms=tuple(o.transforms),
               num_generations=cfg.rollout.num_generations,
               advantage_kwargs=dict(o.advantage_kwargs), loss_kwargs=dict(o.loss_kwargs),
-              transform_kwargs={k: dict(v) for k, v in dict(o.transform_kwargs).items()},
+              transform_kwargs={k: resolve_ramp(dict(v), cfg.train.steps)
+                                for k, v in dict(o.transform_kwargs).items()},
               sampler_topk=cfg.rollout.record_topk, vocab_size=vocab_size,
               teacher=o.teacher or None)
+
+
+def reads_sampler_probs(cfg: mlc.ConfigDict) -> list[str]:
+  """The configured pieces that read the sampler's probabilities q (registry tags)."""
+  o, out = cfg.objective, []
+  for n in o.transforms:
+    if "mismatch_weight" in (getattr(registry.get("transform", n), "tags", ()) or ()):
+      out.append(f"transform {n!r}")
+  ltags = getattr(registry.get("loss", o.loss), "tags", ()) or ()
+  if "needs_head" in ltags or "score_centering" in ltags:
+    out.append(f"loss {o.loss!r}")
+  elif dict(o.loss_kwargs).get("is_weight", "none") != "none":
+    out.append(f"loss {o.loss!r} with is_weight={dict(o.loss_kwargs)['is_weight']!r}")
+  return out
 
 
 def sampler_config(cfg: mlc.ConfigDict, stop_ids=None, pad_id: int = 0) -> SamplerConfig:
@@ -99,6 +126,22 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
     raise ConfigError(f"config.rollout: {e}") from e
   _need(isinstance(r.sync_every, int) and r.sync_every >= 1, "rollout.sync_every",
         f"must be an int >= 1, got {r.sync_every!r}")
+  # runs that would compile and then learn nothing
+  _need(g >= 2, "rollout.num_generations",
+        f"{g}: advantage {o.advantage!r} is group-relative (reward minus its group's mean), "
+        "so a group of one sample has advantage 0 and every gradient is 0; use >= 2")
+  if float(r.temperature) == 0:
+    try:
+      readers = reads_sampler_probs(cfg)
+    except ValueError:
+      readers = []  # unknown names are reported below, with the valid ones
+    _need(not readers, "rollout.temperature",
+          f"0 (greedy) with {', '.join(readers)}, which reads the sampler's probabilities: "
+          "greedy q is a point mass (log q = 0) unrelated to the trainer's p, so the "
+          "importance weights are meaningless; sample with temperature > 0")
+    _need(False, "rollout.temperature",
+          f"0 (greedy) makes the {g} samples of a group identical, so every "
+          "group-relative advantage and gradient is 0; sample with temperature > 0")
   # optimizer and schedule
   _need(opt.lr > 0, "optim.lr", f"must be > 0, got {opt.lr}")
   _need(opt.schedule in ("constant", "cosine", "linear"), "optim.schedule",
@@ -111,6 +154,14 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   _need(t.num_minibatches >= 1 and d.batch_size % t.num_minibatches == 0 and mb_rows % g == 0,
         "train.num_minibatches", f"{t.num_minibatches} must split the batch of {d.batch_size} "
         f"rows into whole groups of {g}")
+  _need(mb_rows % data_par == 0, "train.num_minibatches",
+        f"each mini-batch of {mb_rows} rows must split over {data_par} data-parallel devices")
+  _need(isinstance(t.max_consecutive_skips, int) and t.max_consecutive_skips >= 0,
+        "train.max_consecutive_skips", "must be an int >= 0 (0 = never abort)")
+  _need(o.replay_policy in REPLAY_POLICIES, "objective.replay_policy",
+        f"{o.replay_policy!r}; valid: {', '.join(REPLAY_POLICIES)}")
+  _need(o.replay_mode in REPLAY_MODES, "objective.replay_mode",
+        f"{o.replay_mode!r}; valid: {', '.join(REPLAY_MODES)}")
   _need(t.grad_accum >= 1 and mb_rows % t.grad_accum == 0 and (mb_rows // t.grad_accum) % g == 0,
         "train.grad_accum", f"{t.grad_accum} must split each mini-batch of {mb_rows} rows "
         f"into whole groups of {g}")

@@ -29,13 +29,14 @@ class MetricsWriter:
       self._tb.flush()
 
   def console(self, step: int, metrics: dict) -> None:
-    """One progress line: [####....] step/total reward csr aon time."""
+    """One progress line: [####....] step/total reward csr aon loss clip skipped time."""
     n = self.total_steps or step
     done = int(20 * step / max(n, 1))
     bar = "#" * done + "." * (20 - done)
     parts = [f"[{bar}] {step}/{n}"]
     for key, label in (("reward/mean", "reward"), ("reward/csr", "csr"), ("reward/aon", "aon"),
-                       ("loss", "loss"), ("time/step", "step_s")):
+                       ("loss", "loss"), ("loss/ppo/clip_frac", "clip"),
+                       ("actor/num_skipped", "skipped"), ("time/step", "step_s")):
       if key in metrics and _is_number(metrics[key]):
         parts.append(f"{label} {float(metrics[key]):.4g}")
     parts.append(f"elapsed {time.time() - self._t0:.0f}s")

@@ -43,6 +43,8 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"^layers/wo$", ("layers", "heads", "head_dim", "embed")),
     (r"^layers/bq$", ("layers", "heads", "head_dim")),
     (r"^layers/b[kv]$", ("layers", "kv_heads", "head_dim")),
+    (r"^layers/(bo|b_down)$", ("layers", "norm")),
+    (r"^layers/b_(gate|up)$", ("layers", "mlp")),
     (r"^layers/(attn_norm|mlp_norm|q_norm|k_norm)$", ("layers", "norm")),
     (r"^layers/w_(gate|up)$", ("layers", "embed", "mlp")),
     (r"^layers/w_down$", ("layers", "mlp", "embed")),

@@ -27,7 +27,7 @@ def main(argv):
   sys.path.insert(0, os.getcwd())  # `configs/` next to the checkout
   from rljax.config_check import ConfigError
   from rljax.sharding import maybe_initialize_distributed
-  from rljax.trainer import Trainer
+  from rljax.trainer import Trainer, TrainingAborted
   maybe_initialize_distributed()  # multi-host TPU pods; a no-op on one host
   cfg = _CONFIG.value
   workdir = _WORKDIR.value or cfg.workdir or default_workdir(_config_path())
@@ -35,7 +35,10 @@ def main(argv):
     trainer = Trainer(cfg, workdir)
   except ConfigError as e:
     raise app.UsageError(str(e)) from None
-  trainer.run()
+  try:
+    trainer.run()
+  except TrainingAborted as e:  # non-zero exit, the message without a traceback
+    raise SystemExit(f"rljax.train: {e}") from None
 
 
 def _config_path() -> str:

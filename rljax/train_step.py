@@ -32,6 +32,7 @@ from flax import nnx
 from rljax.logprobs import token_logprobs
 from rljax.models.decoder import positions_from_mask
 from rljax.objectives import broadcast_advantage, make_normalizer
+from rljax.replay import replay_scores
 from rljax.rollout.metrics import mismatch_metrics
 
 
@@ -56,6 +57,9 @@ class StepConfig:
   fused_scoring: bool = True     # μ == 1: π_old = sg(π_θ) and replay inside the step
   head_k: int = 0                # trainer log p at the sampler's recorded head ids
   use_ref: bool = False          # frozen reference model for KL
+  replay_policy: str = "old"     # CoRT replay scored by π_old ("old") or the reference ("ref")
+  replay_mode: str = "all"       # x⁻ = no criteria ("all") or x⁺ minus criterion j ("per_criterion")
+  num_criteria_ids: int = 0      # per_criterion: size of the criterion-id table (metrics)
 
 
 def make_optimizer(lr: float, *, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
@@ -89,24 +93,24 @@ def response_outputs(graphdef, params, tokens_BxL, mask_BxL, n: int, sc: StepCon
                         top_p=sc.top_p, chunk_size=sc.chunk_size)
 
 
-def score_batch(graphdef, params, batch: dict, sc: StepConfig) -> dict:
-  """π_old (x⁺ rows) and, for CoRT, replay logprobs (x⁻ rows): one fused forward, no grad."""
+def score_batch(graphdef, params, batch: dict, sc: StepConfig, ref_params=None) -> dict:
+  """π_old (x⁺ rows) and, for CoRT, the replay ℓ⁺ / ℓ⁻ (rljax.replay): forward only."""
   params = jax.lax.stop_gradient(params)
   out = {"old_logp_BxN": response_outputs(graphdef, params, batch["tokens_BxL"],
                                           batch["attn_mask_BxL"], sc.response_len,
                                           sc)["logp_BxT"]}
   if sc.replay:
-    out["minus_logp_BxN"] = response_outputs(graphdef, params, batch["minus_tokens_BxM"],
-                                             batch["minus_attn_mask_BxM"], sc.response_len,
-                                             sc)["logp_BxT"]
+    rep = replay_scores(graphdef, params, ref_params, batch, sc, out["old_logp_BxN"])
+    out.update({("plus_logp_BxN" if k == "logp_plus_BxN" else
+                 "minus_logp_BxN" if k == "logp_minus_BxN" else k): v for k, v in rep.items()})
   return out
 
 
-def _loss_batch(batch: dict, old_logp, minus_logp, norm) -> dict:
+def _loss_batch(batch: dict, old_logp, minus_logp, norm, plus_logp=None) -> dict:
   """The objectives' batch dict (arrays without gradient)."""
   b = {"mask_BxT": batch["mask_BxN"], "adv_B": batch["adv_B"], "old_logp_BxT": old_logp,
-       "sampler_logp_BxT": batch["sampler_logp_BxN"], "logp_plus_BxT": old_logp,
-       "normalizer": norm}
+       "sampler_logp_BxT": batch["sampler_logp_BxN"],
+       "logp_plus_BxT": old_logp if plus_logp is None else plus_logp, "normalizer": norm}
   if minus_logp is not None:
     b["logp_minus_BxT"] = minus_logp
   for src, dst in (("head_ids_BxNxK", "head_ids_BxTxK"), ("head_logq_BxNxK", "head_logq_BxTxK"),
@@ -119,47 +123,68 @@ def _loss_batch(batch: dict, old_logp, minus_logp, norm) -> dict:
 def apply_transforms(transform_state, batch: dict, scores: dict, sc: StepConfig):
   """Token advantages for a whole scored batch (the μ > 1 path): (adv_BxN, state, metrics)."""
   norm = make_normalizer(batch["mask_BxN"], max_len=sc.response_len)
-  lb = _loss_batch(batch, scores["old_logp_BxN"], scores.get("minus_logp_BxN"), norm)
+  lb = _loss_batch(batch, scores["old_logp_BxN"], scores.get("minus_logp_BxN"), norm,
+                   scores.get("plus_logp_BxN"))
   adv = broadcast_advantage(batch["adv_B"], batch["mask_BxN"])
   adv, ts, metrics = sc.objective.token_transform().update(adv, lb, transform_state)
   return jax.lax.stop_gradient(adv), ts, metrics
 
 
 def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, sc: StepConfig):
-  """Loss of one micro-batch under the global normalizer; returns (loss, (ts, metrics))."""
+  """Loss of one micro-batch under the global normalizer; returns (loss, (ts, metrics)).
+
+  Tokens whose trainer, π_old or sampler log-probability is not finite (a support
+  mismatch under truncated scoring) are masked out of the loss and counted, instead of
+  turning the whole update into NaN."""
   obj = sc.objective
-  minus_logp = mb.get("minus_logp_BxN")
-  if sc.replay and sc.fused_scoring:  # replay: forward only, on frozen θ̄
-    minus_logp = response_outputs(graphdef, jax.lax.stop_gradient(params), mb["minus_tokens_BxM"],
-                                  mb["minus_attn_mask_BxM"], sc.response_len, sc)["logp_BxT"]
   if sc.use_ref:
     mb = dict(mb, ref_logp_BxN=response_outputs(
         graphdef, jax.lax.stop_gradient(ref_params), mb["tokens_BxL"], mb["attn_mask_BxL"],
         sc.response_len, sc)["logp_BxT"])
   out = response_outputs(graphdef, params, mb["tokens_BxL"], mb["attn_mask_BxL"],
                          sc.response_len, sc, mb.get("head_ids_BxNxK") if sc.head_k else None)
-  pol = {k: out[k] for k in ("logp_BxT", "entropy_BxT", "head_logp_BxTxK") if k in out}
   old = (jax.lax.stop_gradient(out["logp_BxT"]) if sc.fused_scoring else mb["old_logp_BxN"])
-  lb = _loss_batch(mb, old, minus_logp, norm)
+  mask = mb["mask_BxN"]
+  finite = (jnp.isfinite(out["logp_BxT"]) & jnp.isfinite(old)
+            & jnp.isfinite(mb["sampler_logp_BxN"]))
+  nonfinite = (mask > 0) & ~finite
+  mask = jnp.where(finite, mask, 0.0)
+  safe = lambda x: jnp.where(finite, x, 0.0)
+  old = safe(old)
+  pol = {k: out[k] for k in ("logp_BxT", "entropy_BxT", "head_logp_BxTxK") if k in out}
+  pol["logp_BxT"] = safe(pol["logp_BxT"])
+  mb = dict(mb, mask_BxN=mask, sampler_logp_BxN=safe(mb["sampler_logp_BxN"]))
+  rep = {}
+  if sc.replay and sc.fused_scoring:  # replay: forward only, on frozen θ̄ (or the reference)
+    rep = replay_scores(graphdef, params, ref_params, mb, sc, old)
+    minus_logp, plus_logp = rep.pop("logp_minus_BxN"), rep.pop("logp_plus_BxN")
+  else:
+    minus_logp, plus_logp = mb.get("minus_logp_BxN"), mb.get("plus_logp_BxN")
+  lb = _loss_batch(mb, old, minus_logp, norm, plus_logp)
   if sc.fused_scoring:
-    adv = broadcast_advantage(mb["adv_B"], mb["mask_BxN"])
+    adv = broadcast_advantage(mb["adv_B"], mask)
     adv, new_ts, t_metrics = obj.token_transform().update(adv, lb, transform_state)
   else:
-    adv, new_ts, t_metrics = mb["adv_BxN"], transform_state, {}
+    adv, new_ts, t_metrics = mb["adv_BxN"] * (mask > 0), transform_state, {}
   lb["adv_BxT"] = jax.lax.stop_gradient(adv)
   loss, l_metrics = obj.loss_fn(pol, lb)
-  mask = mb["mask_BxN"]
   n_tok = jnp.maximum(mask.sum(), 1.0)
+  logp_sg = jax.lax.stop_gradient(pol["logp_BxT"])
+  d = jnp.clip(old - logp_sg, -20.0, 20.0)
   aux = {**{f"transform/{k}": v for k, v in t_metrics.items()},
          **{f"loss/{k}": v for k, v in l_metrics.items()},
-         "actor/entropy": (out["entropy_BxT"] * mask).sum() / n_tok,
-         "actor/logp_mean": (out["logp_BxT"] * mask).sum() / n_tok,
+         "actor/entropy": (safe(out["entropy_BxT"]) * mask).sum() / n_tok,
+         "actor/logp_mean": (pol["logp_BxT"] * mask).sum() / n_tok,
+         "actor/approx_kl": ((jnp.exp(d) - d - 1.0) * mask).sum() / n_tok,
+         "actor/nonfinite_tokens": nonfinite.sum().astype(jnp.float32),
          **{f"mismatch/{k}": v for k, v in mismatch_metrics(
-             mb["sampler_logp_BxN"], jax.lax.stop_gradient(out["logp_BxT"]), mask).items()}}
+             mb["sampler_logp_BxN"], logp_sg, mask).items()}}
   if minus_logp is not None:
-    delta = (old - minus_logp) * mask
+    plus = old if plus_logp is None else plus_logp
+    delta = (plus - minus_logp) * mask
     aux["cort/delta_mean"] = delta.sum() / n_tok
     aux["cort/delta_abs_mean"] = jnp.abs(delta).sum() / n_tok
+  aux.update({f"cort/{k}": v for k, v in rep.items()})
   return loss, (new_ts, aux)
 
 

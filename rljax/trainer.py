@@ -26,8 +26,13 @@ from rljax.config_check import objective_kwargs, sampler_config, validate_config
 from rljax.metrics_log import MetricsWriter
 from rljax.objectives import build_objective, informative_groups, overlong_penalty
 from rljax.rollout import SamplerSync, generate
-from rljax.train_step import (StepConfig, apply_transforms, init_state, jit_train_step,
-                              make_optimizer, score_batch)
+from rljax.train_step import StepConfig, init_state, jit_train_step, make_optimizer
+from rljax.update import jit_update_batch
+
+
+class TrainingAborted(RuntimeError):
+  """Raised (non-zero exit) after too many consecutive skipped updates; the last good
+  state is checkpointed first."""
 
 
 def left_pad(rows: list[list[int]], length: int, pad_id: int, what: str, key: str):
@@ -59,6 +64,7 @@ class Trainer:
     self.log = MetricsWriter(workdir, tensorboard=cfg.log.tensorboard,
                              total_steps=cfg.train.steps)
     self._stop = False
+    self._consecutive_skips = 0
 
   # ------------------------------------------------------------------------- setup
   def _build_model(self):
@@ -115,16 +121,21 @@ class Trainer:
                                     warmup_steps=o.warmup_steps, total_steps=t.steps,
                                     schedule=o.schedule)
     self.state = init_state(self.params, self.optimizer, self.objective)
-    self.ref_params = jax.tree.map(jnp.copy, self.params) if t.ref_model else None
+    o, r = cfg.objective, cfg.rollout
+    replay = any(n.startswith("cort") for n in o.transforms)
+    need_ref = bool(t.ref_model) or (replay and o.replay_policy == "ref")
+    self.ref_params = jax.tree.map(jnp.copy, self.params) if need_ref else None
     fused = t.inner_epochs == 1 and t.num_minibatches == 1
-    r = cfg.rollout
+    from rljax.data import criteria_ids
+    self.criterion_ids = tuple(criteria_ids())
     self.step_cfg = StepConfig(
         objective=self.objective, response_len=r.max_new_tokens,
         temperature=float(r.temperature) or 1.0, top_k=r.top_k if t.truncate_logprobs else 0,
         top_p=float(r.top_p) if t.truncate_logprobs else 1.0, chunk_size=t.logprob_chunk,
-        replay=any(n.startswith("cort") for n in cfg.objective.transforms),
-        fused_scoring=fused, head_k=max(r.record_topk, 0) if r.record_topk else 0,
-        use_ref=bool(t.ref_model))
+        replay=replay, fused_scoring=fused,
+        head_k=max(r.record_topk, 0) if r.record_topk else 0, use_ref=bool(t.ref_model),
+        replay_policy=o.replay_policy, replay_mode=o.replay_mode,
+        num_criteria_ids=len(self.criterion_ids))
     state_sh = jax.tree.map(lambda x: x.sharding, self.state)
     ref_sh = None if self.ref_params is None else jax.tree.map(lambda x: x.sharding,
                                                                self.ref_params)
@@ -133,6 +144,11 @@ class Trainer:
     self._make_step = lambda b: jit_train_step(
         self.graphdef, self.optimizer, self.step_cfg, t.grad_accum, state_sh,
         self._batch_sh(b), ref_sh, shd.replicated(self.mesh))
+    self._make_update = lambda b: jit_update_batch(
+        self.graphdef, self.optimizer, self.step_cfg, epochs=t.inner_epochs,
+        num_minibatches=t.num_minibatches, grad_accum=t.grad_accum, state_shardings=state_sh,
+        batch_shardings=self._batch_sh(b), ref_shardings=ref_sh,
+        replicated=shd.replicated(self.mesh))
     self.sync = SamplerSync(r.copy, every=r.sync_every)
 
   # ------------------------------------------------------------------------- pieces
@@ -146,7 +162,28 @@ class Trainer:
                     "rubric prompt x+", "data.max_prompt_len")
     minus = left_pad(enc([b for _, b in pairs]), d.max_replay_prompt_len, self.pad_id,
                      "rubric-free prompt x-", "data.max_replay_prompt_len")
+    if self.step_cfg.replay_mode == "per_criterion":
+      minus = minus + self._tokenize_ablations(examples)
     return plus, minus
+
+  def _tokenize_ablations(self, examples):
+    """Per-criterion replay prompts (x⁺ minus criterion j): ids, mask [P, C, L] and the
+    criterion ids [P, C] (−1 where an example has fewer than C = data.max_criteria)."""
+    from rljax.data import ablations, chat_prompt
+    d, system = self.cfg.data, self.cfg.data.system or None
+    c = d.max_criteria
+    ids = np.full((len(examples), c, d.max_prompt_len), self.pad_id, np.int32)
+    mask = np.zeros_like(ids)
+    cid = np.full((len(examples), c), -1, np.int32)
+    for i, ex in enumerate(examples):
+      for j, text in enumerate(ablations(ex)[:c]):
+        row = self.tokenizer(chat_prompt(text, self.tokenizer, system),
+                             add_special_tokens=False)["input_ids"]
+        ids[i, j], mask[i, j] = (a[0] for a in left_pad([row], d.max_prompt_len, self.pad_id,
+                                                         "per-criterion replay prompt",
+                                                         "data.max_prompt_len"))
+        cid[i, j] = self.criterion_ids.index(ex["instruction_id_list"][j])
+    return ids, mask, cid
 
   def _rollout(self, step: int, examples, key):
     (ids, mask), minus = self._tokenize(examples)
@@ -159,6 +196,7 @@ class Trainer:
     rows = [ex for ex in examples for _ in range(g)]
     rewards, info = self.reward_fn(texts, rows, num_threads=self.cfg.reward.num_threads)
     rewards = np.asarray(rewards, np.float32)
+    info = dict(info, accuracy=rewards.copy())  # before shaping: what dynamic sampling reads
     cache = self.cfg.objective.overlong_cache
     if cache:  # DAPO soft overlong punishment, counted in tokens
       info = dict(info, overlong_penalty=np.asarray(overlong_penalty(
@@ -171,67 +209,93 @@ class Trainer:
     r = roll["r"]
     rep = lambda a: np.repeat(a, g, axis=0)
     resp, rmask = np.asarray(r.tokens_BxN, np.int32), np.asarray(r.mask_BxN, np.int32)
-    (pi, pm), (mi, mm) = roll["plus"], roll["minus"]
+    (pi, pm), (mi, mm) = roll["plus"], roll["minus"][:2]
     adv, _ = self.objective.advantages(jnp.asarray(roll["rewards"]))
+    keep_B = np.repeat(roll.get("keep_groups", np.ones(len(pi), bool)), g)
+    # groups still uninformative after resampling are dropped: out of the loss mask (and so
+    # of every normalizer count), advantage 0
     batch = {"tokens_BxL": np.concatenate([rep(pi), resp], 1),
              "attn_mask_BxL": np.concatenate([rep(pm), rmask], 1),
-             "mask_BxN": rmask.astype(np.float32), "adv_B": np.asarray(adv, np.float32),
+             "mask_BxN": (rmask * keep_B[:, None]).astype(np.float32),
+             "adv_B": np.asarray(adv, np.float32) * keep_B,
              "sampler_logp_BxN": np.asarray(r.logq_BxN, np.float32)}
     if self.step_cfg.replay:
       batch["minus_tokens_BxM"] = np.concatenate([rep(mi), resp], 1)
       batch["minus_attn_mask_BxM"] = np.concatenate([rep(mm), rmask], 1)
+    if self.step_cfg.replay_mode == "per_criterion":
+      ci, cm, cid = roll["minus"][2:]
+      c = ci.shape[1]
+      rep_c = lambda a: np.repeat(a[:, None], c, 1)  # response [B, N] -> [B, C, N]
+      batch["crit_tokens_BxCxL"] = np.concatenate([rep(ci), rep_c(resp)], 2)
+      batch["crit_attn_mask_BxCxL"] = np.concatenate([rep(cm), rep_c(rmask)], 2)
+      batch["crit_id_BxC"] = rep(cid)
     if self.step_cfg.head_k:
       batch["head_ids_BxNxK"] = np.asarray(r.topk_ids_BxNxK, np.int32)
       batch["head_logq_BxNxK"] = np.asarray(r.topk_logq_BxNxK, np.float32)
     return batch
 
   def _collect(self, step: int, key):
-    """One rollout batch; with DAPO dynamic sampling, informative groups only (bounded)."""
+    """One rollout batch. DAPO dynamic sampling judges a group by its accuracy reward
+    (before the overlong shaping, as verl's recipe): uninformative groups are replaced by
+    informative ones of up to `max_resample` extra rollouts; those still uninformative
+    are dropped (masked out of the loss and its normalizer) and counted."""
     o, g = self.cfg.objective, self.cfg.rollout.num_generations
     roll = self._rollout(step, next(self.batches)["prompts"], key)
     if not o.dynamic_sampling:
       return roll, 0
     tries = 0
-    keep = np.asarray(informative_groups(jnp.asarray(roll["rewards"]), g))
+    informative = lambda r: np.asarray(informative_groups(jnp.asarray(r["info"]["accuracy"]), g))
+    keep = informative(roll)
     while not keep.all() and tries < o.max_resample:
       tries += 1
       extra = self._rollout(step, next(self.batches)["prompts"],
                             jax.random.fold_in(key, 1000 + tries))
-      ekeep = np.asarray(informative_groups(jnp.asarray(extra["rewards"]), g))
-      roll, keep = _refill(roll, keep, extra, ekeep, g)
+      roll, keep = _refill(roll, keep, extra, informative(extra), g)
+    roll["keep_groups"] = keep
     return roll, tries
 
-  def _train(self, batch):
-    t = self.cfg.train
+  def _update(self, step: int, batch):
+    """The optimizer update(s) for one rollout batch: the fused step when μ = 1, else
+    `update_batch` (score once, transforms once, a device-side scan over mini-batches of
+    whole groups). Returns (state, host metrics)."""
     batch = jax.device_put(batch, self._batch_sh(batch))
-    if self.step_cfg.fused_scoring:
-      return self._jit("step", batch)(self.state, batch, self.ref_params)
-    scores = self._jit("score", batch)(self.state.params, batch)
-    adv, ts, t_metrics = self._jit("transforms", batch)(self.state.transform_state, batch, scores)
-    state = self.state._replace(transform_state=ts)
-    full = dict(batch, old_logp_BxN=scores["old_logp_BxN"], adv_BxN=adv)
-    if "minus_logp_BxN" in scores:
-      full["minus_logp_BxN"] = scores["minus_logp_BxN"]
-    n = next(iter(full.values())).shape[0] // t.num_minibatches
-    for epoch in range(t.inner_epochs):
-      rng = np.random.default_rng([self.cfg.seed, int(state.step), epoch])
-      perm = rng.permutation(n * t.num_minibatches)
-      for i in range(t.num_minibatches):
-        idx = np.sort(perm[i * n:(i + 1) * n])
-        mb = jax.device_put({k: np.asarray(v)[idx] for k, v in full.items()},
-                            self._batch_sh(full))
-        state, metrics = self._jit("step_mb", mb)(state, mb, self.ref_params)
-    return state, {**metrics, **{f"transform/{k}": v for k, v in t_metrics.items()}}
-
-  def _jit(self, name, batch):
+    name = "step" if self.step_cfg.fused_scoring else "update"
     if name not in self._jits:
-      if name in ("step", "step_mb"):
-        self._jits[name] = self._make_step(batch)
-      elif name == "score":
-        self._jits[name] = jax.jit(lambda p, b: score_batch(self.graphdef, p, b, self.step_cfg))
-      else:
-        self._jits[name] = jax.jit(lambda ts, b, s: apply_transforms(ts, b, s, self.step_cfg))
-    return self._jits[name]
+      self._jits[name] = (self._make_step if name == "step" else self._make_update)(batch)
+    if name == "step":
+      state, metrics = self._jits[name](self.state, batch, self.ref_params)
+    else:
+      key = jax.random.fold_in(jax.random.key(self.cfg.seed + 7919), step)
+      state, metrics = self._jits[name](self.state, batch, self.ref_params, key)
+    return state, self._host_metrics(jax.device_get(metrics))
+
+  def _host_metrics(self, metrics: dict) -> dict:
+    """Scalars as floats; per-criterion Δ sums expanded to `cort/delta/<criterion id>`."""
+    sums, counts = metrics.pop("cort/crit_delta_sum_I", None), metrics.pop("cort/crit_count_I",
+                                                                             None)
+    out = {k: float(v) for k, v in metrics.items()}
+    if sums is not None:
+      for name, s, c in zip(self.criterion_ids, np.asarray(sums), np.asarray(counts)):
+        if c > 0:
+          out[f"cort/delta/{name}"] = float(s / c)
+    return out
+
+  def _check_skips(self, done: int, metrics: dict) -> None:
+    """Aborts (after saving the last good state) once `train.max_consecutive_skips`
+    updates in a row were skipped for a non-finite loss or gradient."""
+    n_upd = metrics.get("actor/num_updates", 1.0)
+    skipped = metrics.get("actor/update_skipped", 0.0)
+    self._consecutive_skips = (self._consecutive_skips + int(skipped) if skipped >= n_upd
+                               else int(skipped))  # a partly skipped batch ends the run of skips
+    metrics["actor/consecutive_skips"] = float(self._consecutive_skips)
+    limit = self.cfg.train.max_consecutive_skips
+    if limit and self._consecutive_skips >= limit:
+      self._save(done, metrics)
+      raise TrainingAborted(
+          f"aborting at step {done}: {self._consecutive_skips} consecutive updates were "
+          f"skipped (non-finite loss or gradient; limit train.max_consecutive_skips={limit}). "
+          f"Check the rewards for NaN and the learning rate (optim.lr={self.cfg.optim.lr}). "
+          f"The last good state is saved in {self.workdir}/checkpoints")
 
   # ------------------------------------------------------------------------- eval / ckpt
   def evaluate(self) -> dict:
@@ -301,14 +365,13 @@ class Trainer:
         roll, tries = self._collect(step, jax.random.fold_in(key, step))
         t1 = time.time()
         batch = self._assemble(roll)
-        self.state, step_metrics = self._train(batch)
-        step_metrics = jax.device_get(step_metrics)
+        self.state, step_metrics = self._update(step, batch)
         t2 = time.time()
-        metrics = {**{k: float(v) for k, v in step_metrics.items()},
-                   **_rollout_metrics(roll, batch), "rollout/lag": self.sync.lag(step),
-                   "rollout/resample_tries": tries, "time/rollout_and_reward": t1 - t0,
-                   "time/train": t2 - t1}
+        metrics = {**step_metrics, **_rollout_metrics(roll, batch),
+                   "rollout/lag": self.sync.lag(step), "rollout/resample_tries": tries,
+                   "time/rollout_and_reward": t1 - t0, "time/train": t2 - t1}
         done = step + 1
+        self._check_skips(done, metrics)
         ev = None
         if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.train.steps:
           t3 = time.time()
@@ -342,9 +405,11 @@ def _rollout_metrics(roll, batch) -> dict:
          "reward/std": float(np.std(roll["rewards"])),
          "response/length_mean": float(mask.sum(1).mean()),
          "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B)))}
-  for k in ("csr", "aon", "overlong_penalty"):
+  for k in ("csr", "aon", "overlong_penalty", "accuracy"):
     if k in info:
       out[f"reward/{k}"] = float(np.mean(info[k]))
+  if "keep_groups" in roll:
+    out["rollout/dropped_groups"] = float(np.sum(~np.asarray(roll["keep_groups"])))
   return out
 
 
@@ -362,7 +427,7 @@ def _refill(roll, keep, extra, ekeep, g):
     roll["info"] = {k: (_put(v, extra["info"][k], sl_d, sl_s) if isinstance(v, np.ndarray)
                         and v.shape[:1] == roll["rewards"].shape else v)
                     for k, v in roll["info"].items()}
-    for side in ("plus", "minus"):
+    for side in ("plus", "minus"):  # (with per-criterion replay, minus also holds those)
       roll[side] = tuple(_put(a, b, slice(dst, dst + 1), slice(src, src + 1))
                          for a, b in zip(roll[side], extra[side]))
     keep = keep.copy()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import struct
 from typing import Callable, Mapping
 
@@ -55,6 +56,10 @@ _LAYER_KEYS: dict[str, tuple[str, Callable, Callable]] = {
     "bq": ("self_attn.q_proj.bias", _bias("num_heads"), _FLAT),
     "bk": ("self_attn.k_proj.bias", _bias("num_kv_heads"), _FLAT),
     "bv": ("self_attn.v_proj.bias", _bias("num_kv_heads"), _FLAT),
+    "bo": ("self_attn.o_proj.bias", _I, _I),
+    "b_gate": ("mlp.gate_proj.bias", _I, _I),
+    "b_up": ("mlp.up_proj.bias", _I, _I),
+    "b_down": ("mlp.down_proj.bias", _I, _I),
     "q_norm": ("self_attn.q_norm.weight", _I, _I),
     "k_norm": ("self_attn.k_norm.weight", _I, _I),
     "mlp_norm": ("post_attention_layernorm.weight", _I, _I),
@@ -71,6 +76,8 @@ _GGUF_NAMES = {
     "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
     "self_attn.o_proj.weight": "attn_output.weight", "self_attn.q_proj.bias": "attn_q.bias",
     "self_attn.k_proj.bias": "attn_k.bias", "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.bias": "attn_output.bias", "mlp.gate_proj.bias": "ffn_gate.bias",
+    "mlp.up_proj.bias": "ffn_up.bias", "mlp.down_proj.bias": "ffn_down.bias",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
@@ -83,6 +90,10 @@ def layer_param_names(cfg: ModelConfig) -> list[str]:
   names = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
   if cfg.qkv_bias:
     names += ["bq", "bk", "bv"]
+  if cfg.o_bias:
+    names += ["bo"]
+  if cfg.mlp_bias:
+    names += ["b_gate", "b_up", "b_down"]
   if cfg.qk_norm:
     names += ["q_norm", "k_norm"]
   return names
@@ -122,6 +133,13 @@ class SafetensorsSource:
   def has(self, key: str) -> bool:
     return key in self._where
 
+  def names(self) -> set[str]:
+    """Every tensor name in the checkpoint (its own naming)."""
+    return set(self._where)
+
+  def native(self, key: str) -> str:
+    return key
+
   def describe(self, key: str) -> str:
     return f"{self._where[key][0]}:{key}" if key in self._where else f"{self.path}:{key}"
 
@@ -155,6 +173,12 @@ class GGUFSource:
 
   def has(self, key: str) -> bool:
     return self._gguf_name(key) in self._tensors
+
+  def names(self) -> set[str]:
+    return set(self._tensors)
+
+  def native(self, key: str) -> str:
+    return self._gguf_name(key)
 
   def describe(self, key: str) -> str:
     return f"{self.path}:{self._gguf_name(key)}"
@@ -226,6 +250,8 @@ def _expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         "self_attn.k_proj.weight": (K * E, D), "self_attn.v_proj.weight": (K * E, D),
         "self_attn.o_proj.weight": (D, H * E), "self_attn.q_proj.bias": (H * E,),
         "self_attn.k_proj.bias": (K * E,), "self_attn.v_proj.bias": (K * E,),
+        "self_attn.o_proj.bias": (D,), "mlp.gate_proj.bias": (F,), "mlp.up_proj.bias": (F,),
+        "mlp.down_proj.bias": (D,),
         "self_attn.q_norm.weight": (E,), "self_attn.k_norm.weight": (E,),
         "post_attention_layernorm.weight": (D,), "mlp.gate_proj.weight": (F, D),
         "mlp.up_proj.weight": (F, D), "mlp.down_proj.weight": (D, F),
@@ -265,6 +291,7 @@ def load_params(source, cfg: ModelConfig, shardings: Mapping | None = None) -> d
       node = None if node is None else node[p]
     return node
 
+  check_all_mapped(source, cfg)
   out: dict = {"layers": {}}
   for name, (key, to_ours, _) in _TOP_KEYS.items():
     if name == "lm_head" and cfg.tie_embeddings:
@@ -276,6 +303,34 @@ def load_params(source, cfg: ModelConfig, shardings: Mapping | None = None) -> d
                  for i in range(cfg.num_layers)]
     out["layers"][name] = place(np.stack([np.asarray(w) for w in per_layer]), sh("layers", name))
   return out
+
+
+# Tensors a checkpoint may hold that carry no parameter of the model (recomputed buffers).
+_IGNORABLE = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
+
+
+def mapped_keys(cfg: ModelConfig) -> set[str]:
+  """The HF keys this config reads."""
+  keys = {key for name, (key, _, _) in _TOP_KEYS.items()
+          if not (name == "lm_head" and cfg.tie_embeddings)}
+  for name in layer_param_names(cfg):
+    keys |= {f"model.layers.{i}.{_LAYER_KEYS[name][0]}" for i in range(cfg.num_layers)}
+  return keys
+
+
+def check_all_mapped(source, cfg: ModelConfig) -> None:
+  """Every tensor of the checkpoint is read, or loading stops naming the ones that are not
+  (a tensor the config does not describe, e.g. a bias, would otherwise be dropped silently)."""
+  used = {source.native(k) for k in mapped_keys(cfg)}
+  if cfg.tie_embeddings:  # some tied checkpoints also store the (identical) output matrix
+    used |= {source.native("lm_head.weight")}
+  extra = sorted(n for n in source.names() - used if not _IGNORABLE.search(n))
+  if extra:
+    more = f" (and {len(extra) - 8} more)" if len(extra) > 8 else ""
+    raise ValueError(f"{source.path}: {len(extra)} checkpoint tensor(s) are not mapped to any "
+                     f"parameter of this {cfg.model_type} config: {', '.join(extra[:8])}{more}. "
+                     "Check config.json (attention_bias, mlp_bias, tie_word_embeddings, "
+                     "num_hidden_layers) against the checkpoint")
 
 
 def export_safetensors(params: Mapping, cfg: ModelConfig, out_dir: str) -> str:

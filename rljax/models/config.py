@@ -28,6 +28,8 @@ class ModelConfig:
   # Llama-3 style scaling: (factor, low_freq_factor, high_freq_factor, original_max_pos).
   rope_llama3: tuple[float, float, float, int] | None = None
   qkv_bias: bool = False
+  o_bias: bool = False  # Llama attention_bias: o_proj has a bias too
+  mlp_bias: bool = False  # Llama mlp_bias: gate / up / down biases
   qk_norm: bool = False
   tie_embeddings: bool = False
   max_position_embeddings: int = 8192
@@ -109,14 +111,14 @@ def config_from_hf_dict(d: Mapping[str, Any], where: str = "config.json",
       rope_theta=theta,
       rope_llama3=llama3,
       qkv_bias=model_type == "qwen2" or bool(d.get("attention_bias", False)),
+      o_bias=model_type == "llama" and bool(d.get("attention_bias", False)),
+      mlp_bias=bool(d.get("mlp_bias", False)),
       qk_norm=model_type == "qwen3",
       tie_embeddings=bool(d.get("tie_word_embeddings", False)),
       max_position_embeddings=int(d.get("max_position_embeddings", 8192)),
       bos_token_id=d.get("bos_token_id"),
       eos_token_id=tuple(eos) if isinstance(eos, list) else eos,
   )
-  if d.get("mlp_bias"):
-    raise ValueError(f"{where}: mlp_bias=True is not supported")
   kw.update(overrides)
   return ModelConfig(**kw)
 
@@ -152,4 +154,6 @@ def config_to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:
       else cfg.eos_token_id
   if cfg.model_type in ("llama", "mistral"):
     d["attention_bias"] = cfg.qkv_bias
+  if cfg.mlp_bias:
+    d["mlp_bias"] = True
   return d

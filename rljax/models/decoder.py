@@ -116,6 +116,12 @@ class Layers(nnx.Module):
     self.w_gate = _param(rngs, (L, D, F), pd)
     self.w_up = _param(rngs, (L, D, F), pd)
     self.w_down = _param(rngs, (L, F, D), pd)
+    if cfg.o_bias:
+      self.bo = _param(rngs, (L, D), pd, "zeros")
+    if cfg.mlp_bias:
+      self.b_gate = _param(rngs, (L, F), pd, "zeros")
+      self.b_up = _param(rngs, (L, F), pd, "zeros")
+      self.b_down = _param(rngs, (L, D), pd, "zeros")
 
 
 def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
@@ -137,11 +143,15 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
   k = apply_rope(k, positions_BxT, inv_freq)
   keys, values, allowed, aux = kv_fn(k, v)
   o = attention(q, keys, values, allowed)
-  x = x_BxTxD + dot("bthe,hed->btd", o, c(p["wo"]))
+  attn = dot("bthe,hed->btd", o, c(p["wo"]))
+  x = x_BxTxD + (attn + c(p["bo"]) if cfg.o_bias else attn)
   h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
   g = dot("btd,df->btf", h, c(p["w_gate"]))
   u = dot("btd,df->btf", h, c(p["w_up"]))
-  return x + dot("btf,fd->btd", jax.nn.silu(g) * u, c(p["w_down"])), aux
+  if cfg.mlp_bias:
+    g, u = g + c(p["b_gate"]), u + c(p["b_up"])
+  down = dot("btf,fd->btd", jax.nn.silu(g) * u, c(p["w_down"]))
+  return x + (down + c(p["b_down"]) if cfg.mlp_bias else down), aux
 
 
 class Decoder(nnx.Module):

@@ -8,6 +8,9 @@ FAMILIES = {
         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8}),
     "llama_tied": dict(cls="LlamaForCausalLM", cfg="LlamaConfig", tie_word_embeddings=True),
+    # attention_bias puts a bias on q/k/v AND o_proj in Llama; mlp_bias on gate/up/down
+    "llama_bias": dict(cls="LlamaForCausalLM", cfg="LlamaConfig", attention_bias=True,
+                       mlp_bias=True),
     "qwen2_bias": dict(cls="Qwen2ForCausalLM", cfg="Qwen2Config", tie_word_embeddings=True),
     "qwen3_qk_norm": dict(cls="Qwen3ForCausalLM", cfg="Qwen3Config"),
     "qwen3_tied": dict(cls="Qwen3ForCausalLM", cfg="Qwen3Config", tie_word_embeddings=True),

@@ -104,3 +104,18 @@ def test_gguf_unsupported_quantization(tmp_path):
   with pytest.raises(ValueError, match=r"bad\.gguf:token_embd\.weight: unsupported GGUF "
                      r"quantization type Q8_1"):
     load_model(path)
+
+
+@pytest.mark.parametrize("extra", ["model.layers.0.self_attn.o_proj.bias",
+                                   "model.layers.1.mlp.experts.0.weight"])
+def test_unmapped_checkpoint_tensor_is_refused_by_name(tmp_path, extra):
+  """A tensor the config does not describe (e.g. o_proj.bias with attention_bias unset) is an
+  error naming it, never silently dropped."""
+  from safetensors.numpy import load_file, save_file
+  make_hf_model("llama_tied", str(tmp_path))
+  path = os.path.join(str(tmp_path), "model.safetensors")
+  tensors = load_file(path)
+  tensors[extra] = np.zeros((64,), np.float32)
+  save_file(tensors, path, metadata={"format": "pt"})
+  with pytest.raises(ValueError, match=f"not mapped.*{extra.replace('.', '[.]')}"):
+    load_model(str(tmp_path))

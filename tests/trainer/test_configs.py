@@ -21,6 +21,7 @@ def test_config_validates_and_sweeps(name):
   mod = load_config_module(path)
   for arg in (None, "tiny"):
     validate_config(mod.get_config(arg), num_devices=8)
+  validate_config(mod.get_config("cpu"), num_devices=1)
   assert expand(path)
 
 
@@ -65,6 +66,21 @@ BAD = [
       "objective.transform_kwargs": {}, "train.inner_epochs": 2}, "REINFORCE"),
     ({"objective.loss": "gspo_token", "objective.transforms": ("tis_seq_geo",),
       "objective.transform_kwargs": {}}, "gspo"),
+    # runs that would compile and learn nothing
+    ({"rollout.num_generations": 1, "data.batch_size": 8},
+     "num_generations: 1: advantage 'grpo' is group-relative.*every gradient is 0"),
+    ({"rollout.temperature": 0.0, "objective.transforms": ("tis",),
+      "objective.transform_kwargs": {}},
+     "temperature: 0 \\(greedy\\) with transform 'tis', which reads the sampler's prob"),
+    ({"rollout.temperature": 0.0, "objective.loss": "topk_sc", "objective.transforms": (),
+      "rollout.record_topk": 8, "objective.transform_kwargs": {}}, "with loss 'topk_sc'"),
+    ({"rollout.temperature": 0.0}, "samples of a group identical"),
+    ({"train.num_minibatches": 4, "data.batch_size": 16, "rollout.num_generations": 4,
+      "mesh.shape": (8, 1, 1)}, "mini-batch of 4 rows must split over 8 data-parallel"),
+    ({"objective.replay_policy": "frozen"}, "replay_policy.*valid: old, ref"),
+    ({"objective.replay_mode": "each"}, "replay_mode.*valid: all, per_criterion"),
+    ({"objective.transform_kwargs": {"cort": {"ramp_steps": 1.5}}}, "fraction of train.steps"),
+    ({"train.max_consecutive_skips": -1}, "max_consecutive_skips"),
 ]
 
 
@@ -86,3 +102,24 @@ def test_cli_reports_bad_config_before_compiling(tmp_path):
   assert out.returncode != 0
   assert "unknown loss 'nope'" in out.stderr + out.stdout
   assert not os.path.exists(tmp_path / "w" / "checkpoints")
+
+
+def test_configs_default_to_the_papers_settings():
+  """CoRT seed: 64 prompts × 8, lr 1e-6, clip 0.2/0.27, ≥ 4 updates per rollout batch; the
+  ramp is a fraction of the run (it finishes); DAPO 0.2/0.28; GSPO 3e-4/4e-4; :tiny keeps μ>1."""
+  from rljax.config_check import objective_kwargs
+  from rljax.objectives import build_objective
+  get = lambda n, a=None: load_config_module(os.path.join(ROOT, "configs", f"{n}.py")) \
+      .get_config(a)
+  c = get("cort_grpo")
+  assert c.data.batch_size == 512 and c.rollout.num_generations == 8 and c.optim.lr == 1e-6
+  assert c.train.inner_epochs * c.train.num_minibatches >= 4
+  k = dict(objective_kwargs(c)["transform_kwargs"]["cort"])["ramp_steps"]
+  assert k <= c.train.steps  # λ reaches 1 within the run
+  clip = lambda n: (lambda o: (o.loss_cfg.eps_low, o.loss_cfg.eps_high))(
+      build_objective(**objective_kwargs(get(n))))
+  assert clip("cort_grpo") == clip("grpo") == (0.2, 0.27)
+  assert clip("dapo") == (0.2, 0.28) and clip("gspo") == (3e-4, 4e-4)
+  for n in ("grpo", "dapo", "gspo", "real", "cort_grpo"):
+    t = get(n, "tiny").train
+    assert t.inner_epochs * t.num_minibatches > 1, n

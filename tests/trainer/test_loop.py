@@ -41,11 +41,18 @@ def test_csr_rises_on_tiny_config(tmp_path):
   assert os.listdir(os.path.join(wd, "checkpoints", "last")) == ["16"]
 
 
-def test_inner_epochs_and_minibatches(tmp_path):
-  final, wd = _run(tmp_path, **{"train.steps": 2, "train.inner_epochs": 2,
-                                "train.num_minibatches": 2, "checkpoint.every": 0})
+def test_multi_update_with_per_criterion_ref_replay(tmp_path):
+  """:tiny runs μ = 4 updates per rollout batch: the clip acts (non-zero clip fraction); the
+  replay is scored by the frozen reference, one row per criterion, Δ_j logged per id."""
+  final, wd = _run(tmp_path, **{"train.steps": 2, "checkpoint.every": 0,
+                                "objective.replay_policy": "ref",
+                                "objective.replay_mode": "per_criterion"})
   assert final["actor/num_skipped"] == 0 and np.isfinite(final["loss"])
+  assert final["actor/num_updates"] == 4 and final["actor/approx_kl"] > 0
+  assert max(r["loss/ppo/clip_frac"] for r in read_metrics(wd)) > 0
   assert "transform/cort/weight_mean" in final
+  assert np.isfinite(final["cort/delta/change_case:english_lowercase"])
+  assert final["transform/cort/lambda"] == 1.0  # ramp_steps = 0.5 of the run: finished
 
 
 def test_plot_and_sweep_print(tmp_path, capsys):

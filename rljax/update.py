@@ -1,0 +1,102 @@
+"""Multi-update PPO on one rollout batch, as the papers run it (verl / ms-swift style).
+
+The rollout batch of P prompts × G samples is scored once (π_old and the CoRT replay in
+one fused forward, `score_batch`), the token-transform chain runs once on the whole batch,
+and then μ = epochs × num_minibatches optimizer updates follow. Every epoch draws a
+permutation of the *group* indices on device and splits it into mini-batches of whole
+groups (REAL, GRPO statistics and dynamic sampling all need whole groups). The whole
+thing is one jitted function: the mini-batches are gathered on device inside a
+`lax.scan`, no host round trip per mini-batch.
+
+With epochs = num_minibatches = 1 the trainer keeps the fused step (`train_step` with
+`fused_scoring=True`, π_old = sg(π_θ)): that path is unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from rljax.train_step import StepConfig, apply_transforms, score_batch, train_step
+
+# score_batch outputs that are whole-batch metrics, not per-row arrays
+_BATCH_METRICS = ("crit_delta_sum_I", "crit_count_I")
+
+
+def minibatch_rows(key, num_rows: int, group_size: int, epochs: int,
+                   num_minibatches: int) -> jax.Array:
+  """[epochs·num_minibatches, rows per mini-batch] row indices; each mini-batch holds whole
+  groups (rows g·G .. g·G+G−1), each epoch is a fresh permutation of the groups."""
+  num_groups = num_rows // group_size
+  if num_rows % group_size or num_groups % num_minibatches:
+    raise ValueError(f"{num_rows} rows in groups of {group_size} do not split into "
+                     f"{num_minibatches} mini-batches of whole groups")
+  perms = jnp.stack([jax.random.permutation(jax.random.fold_in(key, e), num_groups)
+                     for e in range(epochs)])
+  groups = perms.reshape(epochs * num_minibatches, num_groups // num_minibatches)
+  rows = groups[:, :, None] * group_size + jnp.arange(group_size)[None, None]
+  return rows.reshape(epochs * num_minibatches, -1)
+
+
+def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc: StepConfig,
+                 epochs: int, num_minibatches: int, grad_accum: int = 1,
+                 minibatch_sharding=None, per_update: bool = False):
+  """Score → transforms → scan over μ mini-batch updates. Returns (state, metrics): the
+  per-update metrics averaged over the μ updates, `actor/num_updates`, and
+  `actor/update_skipped` = how many of them were skipped (with `per_update`, also
+  `per_update/loss` [μ], the loss of each update)."""
+  sc_mb = dataclasses.replace(sc, fused_scoring=False)
+  scores = score_batch(graphdef, state.params, batch, sc_mb, ref_params)
+  adv, ts, t_metrics = apply_transforms(state.transform_state, batch, scores, sc_mb)
+  state = state._replace(transform_state=ts)
+  full = dict(batch, adv_BxN=adv, **{k: v for k, v in scores.items()
+                                     if k not in _BATCH_METRICS})
+  rows = minibatch_rows(key, batch["mask_BxN"].shape[0], sc.objective.group_size, epochs,
+                        num_minibatches)
+
+  def body(state, idx):
+    mb = jax.tree.map(lambda x: jnp.take(x, idx, axis=0), full)
+    if minibatch_sharding is not None:
+      mb = {k: jax.lax.with_sharding_constraint(v, minibatch_sharding[k])
+            for k, v in mb.items()}
+    return train_step(state, mb, ref_params, graphdef=graphdef, optimizer=optimizer, sc=sc_mb,
+                      grad_accum=grad_accum)
+
+  state, per_update_metrics = jax.lax.scan(body, state, rows)
+  metrics = {k: v.mean(0) for k, v in per_update_metrics.items()}
+  metrics["actor/update_skipped"] = per_update_metrics["actor/update_skipped"].sum()
+  metrics["actor/num_skipped"] = per_update_metrics["actor/num_skipped"][-1]
+  metrics["actor/num_updates"] = jnp.float32(rows.shape[0])
+  if per_update:
+    metrics["per_update/loss"] = per_update_metrics["loss"]
+  metrics.update({f"transform/{k}": v for k, v in t_metrics.items()})
+  metrics.update({f"cort/{k}": scores[k] for k in _BATCH_METRICS if k in scores})
+  if "plus_logp_BxN" in scores:
+    m = batch["mask_BxN"]
+    delta = (scores["plus_logp_BxN"] - scores["minus_logp_BxN"]) * m
+    metrics["cort/delta_mean"] = delta.sum() / jnp.maximum(m.sum(), 1.0)
+    metrics["cort/delta_abs_mean"] = jnp.abs(delta).sum() / jnp.maximum(m.sum(), 1.0)
+  return state, metrics
+
+
+def jit_update_batch(graphdef, optimizer, sc: StepConfig, *, epochs: int, num_minibatches: int,
+                     grad_accum: int = 1, state_shardings=None, batch_shardings=None,
+                     ref_shardings=None, replicated=None, per_update: bool = False):
+  """`jax.jit` of `update_batch` with explicit shardings, donating the state."""
+  fn = lambda state, batch, ref, key: update_batch(
+      state, batch, ref, key, graphdef=graphdef, optimizer=optimizer, sc=sc, epochs=epochs,
+      num_minibatches=num_minibatches, grad_accum=grad_accum, per_update=per_update,
+      minibatch_sharding=None if batch_shardings is None else _mb_shardings(batch_shardings))
+  if state_shardings is None:
+    return jax.jit(fn, donate_argnums=(0,))
+  return jax.jit(fn, donate_argnums=(0,),
+                 in_shardings=(state_shardings, batch_shardings, ref_shardings, replicated),
+                 out_shardings=(state_shardings, replicated))
+
+
+class _mb_shardings(dict):
+  """Mini-batch arrays keep their batch's sharding; derived ones (adv, scores) are [B, N]."""
+
+  def __missing__(self, key):
+    return self["mask_BxN"]

@@ -1,0 +1,88 @@
+"""The loop's training semantics on :tiny configs without compiling a train step: honest
+sampler–trainer mismatch, DAPO dynamic sampling on accuracy, the N-skips abort."""
+import os
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from rljax.objectives import importance_weights, ISConfig  # noqa: E402
+from rljax.rollout import SamplerSync  # noqa: E402
+from rljax.rollout.metrics import mismatch_metrics  # noqa: E402
+from rljax.sweep import load_config_module  # noqa: E402
+from rljax.train_step import response_outputs  # noqa: E402
+from rljax.trainer import Trainer, TrainingAborted  # noqa: E402
+
+
+def _trainer(tmp_path, name, **over):
+  cfg = load_config_module(os.path.join(ROOT, "configs", f"{name}.py")).get_config("tiny")
+  cfg.data.data_dir = str(tmp_path / "tfds")
+  cfg.eval.num_prompts = 0
+  for k, v in over.items():
+    *path, leaf = k.split(".")
+    node = cfg
+    for p in path:
+      node = node[p]
+    node[leaf] = v
+  return Trainer(cfg, str(tmp_path / name))
+
+
+def _scored_batch(tr, copy="none"):
+  """One collected batch and the trainer's log p of its tokens, scored as the step scores."""
+  tr.sync = SamplerSync(copy, every=1)
+  roll, _ = tr._collect(0, jax.random.key(0))
+  batch = tr._assemble(roll)
+  sc = tr.step_cfg
+  logp = jax.jit(lambda p, t, m: response_outputs(tr.graphdef, p, t, m, sc.response_len, sc)
+                 ["logp_BxT"])(tr.state.params, batch["tokens_BxL"], batch["attn_mask_BxL"])
+  return roll, batch, np.asarray(logp)
+
+
+def test_tiny_mismatch_config_measures_the_rollout_copy_only(tmp_path):
+  """Sampler and trainer use the same (full) distribution: kl_q_p is float noise with no copy
+  and clearly positive with a W8A8 + int4-KV copy."""
+  tr = _trainer(tmp_path, "tis")
+  kl = {}
+  for copy in ("none", "w8a8+kv4"):
+    _, batch, logp = _scored_batch(tr, copy)
+    kl[copy] = float(mismatch_metrics(batch["sampler_logp_BxN"], logp, batch["mask_BxN"])
+                     ["kl_q_p"])
+  print("kl_q_p", kl)
+  assert kl["none"] < 1e-4 and kl["w8a8+kv4"] > 1e-3, kl
+
+
+def test_same_truncation_dapo_drops_uninformative_groups_and_skips_abort(tmp_path):
+  """dapo:tiny samples and scores the same top-32 distribution: with copy = none every TIS
+  weight is 1 and MIS keeps every token (≤ 1e-5). Dynamic sampling reads the accuracy reward:
+  with a criterion no 4-token response meets, every group stays uninformative through the
+  resampling and is dropped (masked) and counted. Too many skipped updates in a row abort."""
+  tr = _trainer(tmp_path, "dapo", **{"data.instruction_ids": ("combination:repeat_prompt",),
+                                     "objective.max_resample": 1})
+  roll, batch, logp = _scored_batch(tr)
+  mask = np.asarray(roll["r"].mask_BxN, np.float32)  # the batch's loss mask before the drop
+  lb = {"mask_BxT": mask, "old_logp_BxT": logp, "sampler_logp_BxT": batch["sampler_logp_BxN"]}
+  ones = np.ones_like(mask)
+  w_tis = np.asarray(importance_weights(ISConfig("tis")).update(ones, lb, ())[0])
+  w_mis, _, m_mis = importance_weights(ISConfig("mis")).update(ones, lb, ())
+  assert np.abs(w_tis - 1)[mask > 0].max() <= 1e-5
+  assert float(m_mis["mis/frac_masked"]) == 0
+  assert np.abs(np.asarray(w_mis) - 1)[mask > 0].max() <= 1e-5
+  assert (roll["info"]["accuracy"] == 0).all() and "overlong_penalty" in roll["info"]
+  assert not roll["keep_groups"].any()
+  assert batch["mask_BxN"].sum() == 0 and np.abs(batch["adv_B"]).sum() == 0
+  from rljax.trainer import _rollout_metrics
+  assert _rollout_metrics(roll, batch)["rollout/dropped_groups"] == len(roll["keep_groups"])
+  # the N-skips abort (same trainer): saves the last good state, then raises
+  tr.cfg.train.max_consecutive_skips = 6
+  all_skipped = {"actor/update_skipped": 4.0, "actor/num_updates": 4.0}
+  tr._check_skips(1, dict(all_skipped))
+  tr._check_skips(2, {"actor/update_skipped": 1.0, "actor/num_updates": 4.0})  # resets to 1
+  tr._check_skips(3, dict(all_skipped))  # 5 in a row
+  with pytest.raises(TrainingAborted, match="aborting at step 4: 9 consecutive updates were "
+                     "skipped.*max_consecutive_skips=6.*optim.lr.*saved"):
+    tr._check_skips(4, dict(all_skipped))
+  assert tr.ckpt.latest_step() == 4
