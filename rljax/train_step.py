@@ -145,6 +145,8 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
                          sc.response_len, sc, mb.get("head_ids_BxNxK") if sc.head_k else None)
   old = (jax.lax.stop_gradient(out["logp_BxT"]) if sc.fused_scoring else mb["old_logp_BxN"])
   mask = mb["mask_BxN"]
+  # sampler vs trainer on every token (π_old: the batch's scoring; ±20-clipped log-ratios)
+  mism = mismatch_metrics(mb["sampler_logp_BxN"], old, mask)
   finite = (jnp.isfinite(out["logp_BxT"]) & jnp.isfinite(old)
             & jnp.isfinite(mb["sampler_logp_BxN"]))
   nonfinite = (mask > 0) & ~finite
@@ -177,8 +179,7 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
          "actor/logp_mean": (pol["logp_BxT"] * mask).sum() / n_tok,
          "actor/approx_kl": ((jnp.exp(d) - d - 1.0) * mask).sum() / n_tok,
          "actor/nonfinite_tokens": nonfinite.sum().astype(jnp.float32),
-         **{f"mismatch/{k}": v for k, v in mismatch_metrics(
-             mb["sampler_logp_BxN"], logp_sg, mask).items()}}
+         **{f"mismatch/{k}": v for k, v in mism.items()}}
   if minus_logp is not None:
     plus = old if plus_logp is None else plus_logp
     delta = (plus - minus_logp) * mask
