@@ -82,9 +82,9 @@ def test_real_minibatch_loss_is_the_ms_swift_formula(m):
 
 
 def test_nonfinite_ratio_tokens_are_masked_and_counted_not_skipped():
-  """Trainer scoring truncated to top-2 while the sampled tokens are random: log p = −inf on
-  most tokens. The update uses the finite ones and counts the rest instead of skipping."""
-  graphdef, params, opt, sc, obj = setup((), top_k=2)
+  """Trainer scoring truncated to top-16 of 64 while the sampled tokens are random: log p =
+  −inf on most tokens. The update uses the finite ones and counts the rest instead of skipping."""
+  graphdef, params, opt, sc, obj = setup((), top_k=16)
   state, metrics = jit_train_step(graphdef, opt, sc)(init_state(params, opt, obj),
                                                        make_batch(16), None)
   assert float(metrics["actor/update_skipped"]) == 0 and int(state.num_skipped) == 0
