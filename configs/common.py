@@ -77,7 +77,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=4, grad_accum=1,
                                 logprob_chunk=256, ref_model=False, truncate_logprobs=False,
                                 max_consecutive_skips=3))
-  c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict"))
+  # async_save: orbax writes in the background; the next save and the exit wait for it
+  c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict",
+                                     async_save=True))
   c.eval = mlc.ConfigDict(dict(every=0, num_prompts=16))
   c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))
   if a.cpu:

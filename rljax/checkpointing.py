@@ -3,10 +3,17 @@
 
 `last/` keeps the newest `keep` steps; `best/` keeps the single best by an eval metric.
 Restoring reads straight into the shardings of an abstract target.
+
+Multi-host: every process calls save / restore (orbax coordinates them; the JSON record
+is written by the primary). Saves are asynchronous by default: `save` returns once the
+arrays are copied off the devices, the next save (and `close`) waits for the previous
+one to be committed. `directory` may be a bucket path (`gs://...`).
 """
 from __future__ import annotations
 
 import os
+
+from etils import epath
 from typing import Any
 
 import jax
@@ -16,20 +23,24 @@ import orbax.checkpoint as ocp
 class RunCheckpointer:
   """Thin wrapper over two `ocp.CheckpointManager`s with a fixed item layout."""
 
-  def __init__(self, directory: str, keep: int = 3, best_metric: str | None = None):
-    directory = os.path.abspath(directory)
-    self.best_metric = best_metric
+  def __init__(self, directory: str, keep: int = 3, best_metric: str | None = None,
+               async_save: bool = True):
+    from rljax import paths
+    paths.check_writable(directory)
+    directory = epath.Path(directory if paths.is_remote(directory)
+                           else os.path.abspath(directory))
+    self.best_metric, self.async_save = best_metric, async_save
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                        enable_async_checkpointing=False)
-    self.last = ocp.CheckpointManager(os.path.join(directory, "last"), options=opts,
+                                        enable_async_checkpointing=async_save)
+    self.last = ocp.CheckpointManager(directory / "last", options=opts,
                                       item_names=("state", "meta"))
     self.best = None
     if best_metric:
       best_opts = ocp.CheckpointManagerOptions(
-          max_to_keep=1, create=True, enable_async_checkpointing=False,
+          max_to_keep=1, create=True, enable_async_checkpointing=async_save,
           best_fn=lambda m: float(m.get(best_metric, float("-inf"))), best_mode="max",
           keep_checkpoints_without_metrics=False)
-      self.best = ocp.CheckpointManager(os.path.join(directory, "best"), options=best_opts,
+      self.best = ocp.CheckpointManager(directory / "best", options=best_opts,
                                         item_names=("state", "meta"))
 
   def latest_step(self) -> int | None:
@@ -37,11 +48,15 @@ class RunCheckpointer:
 
   def save(self, step: int, state: Any, meta: dict, eval_metrics: dict | None = None) -> None:
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
-    self.last.save(step, args=args, force=True)
-    self.last.wait_until_finished()
+    self.last.save(step, args=args, force=True)  # waits for the previous save first
     if self.best is not None and eval_metrics and self.best_metric in eval_metrics:
       self.best.save(step, args=args, metrics={k: float(v) for k, v in eval_metrics.items()},
                      force=True)
+
+  def wait(self) -> None:
+    """Blocks until every started save is committed."""
+    self.last.wait_until_finished()
+    if self.best is not None:
       self.best.wait_until_finished()
 
   def restore(self, abstract_state: Any, step: int | None = None):
@@ -54,6 +69,7 @@ class RunCheckpointer:
     return out.state, out.meta
 
   def close(self) -> None:
+    self.wait()
     self.last.close()
     if self.best is not None:
       self.best.close()

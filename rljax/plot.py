@@ -4,8 +4,10 @@ curves, one line per run, to PNG."""
 from __future__ import annotations
 
 import argparse
+import io
 import os
 
+from rljax import paths as rpaths
 from rljax.metrics_log import read_metrics
 
 PANELS = (("actor/grad_norm", "actor grad norm"),
@@ -34,7 +36,7 @@ def plot_runs(run_dirs, out_dir: str) -> list[str]:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   runs = [(os.path.basename(os.path.normpath(d)), read_metrics(d)) for d in run_dirs]
-  os.makedirs(out_dir, exist_ok=True)
+  rpaths.makedirs(out_dir)  # local or a bucket
   paths = []
   for fname, panels in (("cort_panels.png", PANELS), ("rewards.png", REWARDS)):
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
@@ -43,7 +45,9 @@ def plot_runs(run_dirs, out_dir: str) -> list[str]:
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     path = os.path.join(out_dir, fname)
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    rpaths.path(path).write_bytes(buf.getvalue())
     plt.close(fig)
     paths.append(path)
   return paths

@@ -53,17 +53,10 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 log = logging.getLogger(__name__)
 
 
-def maybe_initialize_distributed(coordinator: str | None = None, num_processes: int | None = None,
-                                 process_id: int | None = None) -> None:
-  """Multi-host start-up. On TPU pods all arguments may be None (auto-detected)."""
-  if jax.process_count() > 1 or getattr(maybe_initialize_distributed, "_done", False):
-    return
-  if coordinator is None and num_processes is None:
-    import os
-    if not (os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("JAX_COORDINATOR_ADDRESS")):
-      return  # single host
-  jax.distributed.initialize(coordinator, num_processes, process_id)
-  maybe_initialize_distributed._done = True
+def maybe_initialize_distributed() -> bool:
+  """Multi-process start-up (see `rljax.distributed.initialize`); call before any JAX call."""
+  from rljax import distributed
+  return distributed.initialize()
 
 
 def make_mesh(shape: Sequence[int] | None = None, axes: Sequence[str] = MESH_AXES,
@@ -145,3 +138,39 @@ def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def _path_names(path) -> tuple[str, ...]:
+  out = []
+  for k in path:
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        out.append(str(getattr(k, attr)))
+        break
+  return tuple(out)
+
+
+def state_shardings(init_fn, params, mesh: Mesh):
+  """Shardings of `init_fn(params)` (e.g. a train state): every leaf whose trailing path and
+  shape are a parameter's (the params themselves, optimizer moments) takes that parameter's
+  sharding; everything else (counts, scalars) is replicated. Left to XLA, the moments of
+  `zeros_like(params)` come out replicated."""
+  by_path = {_path_names(p): (x.shape, x.sharding)
+             for p, x in jax.tree_util.tree_leaves_with_path(params)}
+  depth = max(len(k) for k in by_path)
+
+  def pick(path, leaf):
+    names = _path_names(path)
+    for k in range(min(depth, len(names)), 0, -1):
+      hit = by_path.get(names[-k:])
+      if hit is not None and tuple(hit[0]) == tuple(leaf.shape):
+        return hit[1]
+    return NamedSharding(mesh, P())
+
+  abstract = jax.eval_shape(init_fn, params)
+  return jax.tree_util.tree_map_with_path(pick, abstract)
+
+
+def init_sharded(init_fn, params, mesh: Mesh):
+  """`init_fn(params)` created directly in `state_shardings` (no replicated moments)."""
+  return jax.jit(init_fn, out_shardings=state_shardings(init_fn, params, mesh))(params)

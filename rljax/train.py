@@ -25,12 +25,17 @@ def main(argv):
   del argv
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
   sys.path.insert(0, os.getcwd())  # `configs/` next to the checkout
+  from rljax import distributed
+  distributed.initialize()  # multi-process runs; first, before any other JAX call
   from rljax.config_check import ConfigError
-  from rljax.sharding import maybe_initialize_distributed
   from rljax.trainer import Trainer, TrainingAborted
-  maybe_initialize_distributed()  # multi-host TPU pods; a no-op on one host
   cfg = _CONFIG.value
   workdir = _WORKDIR.value or cfg.workdir or default_workdir(_config_path())
+  from rljax import paths
+  try:
+    paths.check_writable(workdir)  # gs:// needs gcsfs: refused before anything runs
+  except (ImportError, ValueError) as e:
+    raise app.UsageError(str(e)) from None
   try:
     trainer = Trainer(cfg, workdir)
   except ConfigError as e:

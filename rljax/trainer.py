@@ -20,6 +20,8 @@ import ml_collections as mlc
 import numpy as np
 from flax import nnx
 
+from rljax import distributed as dist
+from rljax import paths
 from rljax import sharding as shd
 from rljax.checkpointing import RunCheckpointer
 from rljax.config_check import objective_kwargs, sampler_config, validate_config
@@ -47,22 +49,48 @@ def left_pad(rows: list[list[int]], length: int, pad_id: int, what: str, key: st
   return ids, mask
 
 
+def build_step_parts(cfg: mlc.ConfigDict, vocab_size: int):
+  """(objective, optimizer, StepConfig) of a run: what the trainer steps with and what
+  `rljax.aot` compiles."""
+  from rljax.data import criteria_ids
+  t, r, o, opt = cfg.train, cfg.rollout, cfg.objective, cfg.optim
+  objective = build_objective(**objective_kwargs(cfg, vocab_size))
+  optimizer = make_optimizer(opt.lr, weight_decay=opt.weight_decay, b1=opt.b1, b2=opt.b2,
+                             eps=opt.eps, grad_clip=opt.grad_clip,
+                             warmup_steps=opt.warmup_steps, total_steps=t.steps,
+                             schedule=opt.schedule)
+  step_cfg = StepConfig(
+      objective=objective, response_len=r.max_new_tokens,
+      temperature=float(r.temperature) or 1.0, top_k=r.top_k if t.truncate_logprobs else 0,
+      top_p=float(r.top_p) if t.truncate_logprobs else 1.0, chunk_size=t.logprob_chunk,
+      replay=any(n.startswith("cort") for n in o.transforms),
+      fused_scoring=t.inner_epochs == 1 and t.num_minibatches == 1,
+      head_k=max(r.record_topk, 0) if r.record_topk else 0, use_ref=bool(t.ref_model),
+      replay_policy=o.replay_policy, replay_mode=o.replay_mode,
+      num_criteria_ids=len(criteria_ids()))
+  return objective, optimizer, step_cfg
+
+
 class Trainer:
   def __init__(self, cfg: mlc.ConfigDict, workdir: str):
-    self.cfg, self.workdir = cfg, workdir
+    self.cfg, self.workdir = cfg, os.fspath(workdir)
     for w in validate_config(cfg, jax.device_count()):
       warnings.warn(w)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(cfg.to_json_best_effort(indent=2))
+    paths.check_writable(self.workdir)
     self.mesh = shd.make_mesh(tuple(cfg.mesh.shape))
+    dist.check_batch(cfg.data.batch_size, self.mesh)  # before anything compiles
+    if dist.is_writer():  # one writer; the others meet it at the barrier below
+      paths.write_text(os.path.join(self.workdir, "config.json"),
+                       cfg.to_json_best_effort(indent=2))
     self._build_model()
     self._build_data()
     self._build_objective_and_steps()
-    self.ckpt = RunCheckpointer(os.path.join(workdir, "checkpoints"), keep=cfg.checkpoint.keep,
-                                best_metric=cfg.checkpoint.best_metric or None)
-    self.log = MetricsWriter(workdir, tensorboard=cfg.log.tensorboard,
-                             total_steps=cfg.train.steps)
+    self.ckpt = RunCheckpointer(os.path.join(self.workdir, "checkpoints"),
+                                keep=cfg.checkpoint.keep,
+                                best_metric=cfg.checkpoint.best_metric or None,
+                                async_save=cfg.checkpoint.async_save)
+    self.log = MetricsWriter(self.workdir, tensorboard=cfg.log.tensorboard,
+                             total_steps=cfg.train.steps, active=dist.is_writer())
     self._stop = False
     self._consecutive_skips = 0
 
@@ -96,16 +124,19 @@ class Trainer:
     from rljax.data import (GroupBatcher, ShardedIterator, build_rubric, data_source,
                             decode_record)
     d = self.cfg.data
-    data_dir = d.data_dir or os.path.join(self.workdir, "tfds")
-    builder = build_rubric(data_dir, seed=self.cfg.seed, num_train=d.num_train,
-                           num_heldout=d.num_heldout, min_criteria=d.min_criteria,
-                           max_criteria=d.max_criteria,
-                           instruction_ids=tuple(d.instruction_ids) or None)
-    it = ShardedIterator(data_source(builder, "train"), seed=self.cfg.seed,
-                         shard_index=jax.process_index(), num_shards=jax.process_count(),
-                         decode=decode_record)
-    self.batches = GroupBatcher(it, d.batch_size // jax.process_count(),
-                                self.cfg.rollout.num_generations)
+    # array_record data needs a local disk: a bucket workdir keeps it in a local cache
+    data_dir = d.data_dir or (paths.local_cache_dir("tfds") if paths.is_remote(self.workdir)
+                              else os.path.join(self.workdir, "tfds"))
+    builder = dist.writer_first("data", lambda: build_rubric(
+        data_dir, seed=self.cfg.seed, num_train=d.num_train, num_heldout=d.num_heldout,
+        min_criteria=d.min_criteria, max_criteria=d.max_criteria,
+        instruction_ids=tuple(d.instruction_ids) or None))
+    # the global stream of record indices (the same on every process, and the same as on
+    # one process); each process decodes only the prompts its devices hold (`_rollout`)
+    self.train_source = data_source(builder, "train")
+    self.decode = decode_record
+    it = ShardedIterator(range(len(self.train_source)), seed=self.cfg.seed)
+    self.batches = GroupBatcher(it, d.batch_size, self.cfg.rollout.num_generations)
     held = data_source(builder, "heldout")
     self.eval_examples = [decode_record(held[i])
                           for i in range(min(self.cfg.eval.num_prompts, len(held)))]
@@ -114,28 +145,16 @@ class Trainer:
 
   def _build_objective_and_steps(self):
     cfg, t = self.cfg, self.cfg.train
-    self.objective = build_objective(**objective_kwargs(cfg, self.model_cfg.vocab_size))
-    o = cfg.optim
-    self.optimizer = make_optimizer(o.lr, weight_decay=o.weight_decay, b1=o.b1, b2=o.b2,
-                                    eps=o.eps, grad_clip=o.grad_clip,
-                                    warmup_steps=o.warmup_steps, total_steps=t.steps,
-                                    schedule=o.schedule)
-    self.state = init_state(self.params, self.optimizer, self.objective)
+    self.objective, self.optimizer, self.step_cfg = build_step_parts(
+        cfg, self.model_cfg.vocab_size)
+    self.state = shd.init_sharded(  # optimizer moments sharded like their params
+        lambda p: init_state(p, self.optimizer, self.objective), self.params, self.mesh)
     o, r = cfg.objective, cfg.rollout
-    replay = any(n.startswith("cort") for n in o.transforms)
+    replay = self.step_cfg.replay
     need_ref = bool(t.ref_model) or (replay and o.replay_policy == "ref")
     self.ref_params = jax.tree.map(jnp.copy, self.params) if need_ref else None
-    fused = t.inner_epochs == 1 and t.num_minibatches == 1
     from rljax.data import criteria_ids
     self.criterion_ids = tuple(criteria_ids())
-    self.step_cfg = StepConfig(
-        objective=self.objective, response_len=r.max_new_tokens,
-        temperature=float(r.temperature) or 1.0, top_k=r.top_k if t.truncate_logprobs else 0,
-        top_p=float(r.top_p) if t.truncate_logprobs else 1.0, chunk_size=t.logprob_chunk,
-        replay=replay, fused_scoring=fused,
-        head_k=max(r.record_topk, 0) if r.record_topk else 0, use_ref=bool(t.ref_model),
-        replay_policy=o.replay_policy, replay_mode=o.replay_mode,
-        num_criteria_ids=len(self.criterion_ids))
     state_sh = jax.tree.map(lambda x: x.sharding, self.state)
     ref_sh = None if self.ref_params is None else jax.tree.map(lambda x: x.sharding,
                                                                self.ref_params)
@@ -185,24 +204,50 @@ class Trainer:
         cid[i, j] = self.criterion_ids.index(ex["instruction_id_list"][j])
     return ids, mask, cid
 
-  def _rollout(self, step: int, examples, key):
-    (ids, mask), minus = self._tokenize(examples)
+  def _rollout(self, step: int, indices, key):
+    """Rollout of the global batch of prompts `indices`. Each process reads and tokenizes
+    the prompts its devices hold and scores its own rows; every process ends with the
+    whole rollout as numpy (gathered), the same as on one process."""
+    g, n_p = self.cfg.rollout.num_generations, len(indices)
+    (ids, mask), minus = self._tokenize([self.decode(self.train_source[int(i)])
+                                         for i in indices[self._prompt_rows(n_p)]])
     sampler = self.sync.params(step, nnx.merge(self.graphdef, self.state.params))
-    r = generate(sampler, ids, mask, key, self.sampler_cfg, mesh=self.mesh)
-    tokens, rmask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
+    r, minus = self._generate(sampler, ids, mask, minus, key, self.sampler_cfg, n_p)
+    rows = dist.local_rows_of(self.mesh, r.tokens_BxN.shape)
+    tokens, rmask = r.tokens_BxN[rows], r.mask_BxN[rows]
     texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(tokens, rmask)],
                                         skip_special_tokens=True)
-    g = self.cfg.rollout.num_generations
-    rows = [ex for ex in examples for _ in range(g)]
-    rewards, info = self.reward_fn(texts, rows, num_threads=self.cfg.reward.num_threads)
-    rewards = np.asarray(rewards, np.float32)
+    examples = {int(i): None for i in np.arange(rows.start, rows.stop) // g}
+    examples = {i: self.decode(self.train_source[int(indices[i])]) for i in examples}
+    rewards, info = self.reward_fn(texts, [examples[i // g] for i in range(rows.start,
+                                                                             rows.stop)],
+                                   num_threads=self.cfg.reward.num_threads)
+    full = rows == slice(0, len(r.tokens_BxN))
+    rewards = dist.gather_local(np.asarray(rewards, np.float32), full)
+    info = {k: dist.gather_local(np.asarray(v), full) for k, v in info.items()
+            if np.ndim(v) and len(v) == len(texts) and np.asarray(v).dtype.kind in "biuf"}
     info = dict(info, accuracy=rewards.copy())  # before shaping: what dynamic sampling reads
     cache = self.cfg.objective.overlong_cache
     if cache:  # DAPO soft overlong punishment, counted in tokens
       info = dict(info, overlong_penalty=np.asarray(overlong_penalty(
-          jnp.asarray(rmask.sum(1)), self.cfg.rollout.max_new_tokens, cache)))
+          jnp.asarray(r.mask_BxN.sum(1)), self.cfg.rollout.max_new_tokens, cache)))
       rewards = rewards + info["overlong_penalty"]
-    return dict(r=r, plus=(ids, mask), minus=minus, rewards=rewards, info=info, texts=texts)
+    return dict(r=r, plus=(r.prompt_ids_BxP[::g], r.prompt_mask_BxP[::g]),
+                minus=minus, rewards=rewards, info=info)
+
+  def _prompt_rows(self, num_prompts: int) -> slice:
+    return dist.local_rows_of(self.mesh, (num_prompts, self.cfg.data.max_prompt_len))
+
+  def _generate(self, sampler, ids, mask, minus, key, cfg, num_prompts):
+    """Host-local prompt rows -> global arrays -> generate -> the whole rollout as numpy
+    on every process (plus the x- prompts, gathered alongside)."""
+    block = self._prompt_rows(num_prompts)
+    keys = dist.key_data_rows(key, num_prompts, block)  # = split(key, prompts)[block]
+    g_ids, g_mask, g_keys = dist.to_global((ids, mask, keys), self.mesh, num_prompts)
+    r = generate(sampler, g_ids, g_mask, g_keys, cfg, mesh=self.mesh)
+    if minus is not None:
+      minus = dist.gather(dist.to_global(minus, self.mesh, num_prompts))
+    return dist.gather(r), minus
 
   def _assemble(self, roll) -> dict:
     g = self.cfg.rollout.num_generations
@@ -240,7 +285,7 @@ class Trainer:
     informative ones of up to `max_resample` extra rollouts; those still uninformative
     are dropped (masked out of the loss and its normalizer) and counted."""
     o, g = self.cfg.objective, self.cfg.rollout.num_generations
-    roll = self._rollout(step, next(self.batches)["prompts"], key)
+    roll = self._rollout(step, np.asarray(next(self.batches)["prompts"]), key)
     if not o.dynamic_sampling:
       return roll, 0
     tries = 0
@@ -248,7 +293,7 @@ class Trainer:
     keep = informative(roll)
     while not keep.all() and tries < o.max_resample:
       tries += 1
-      extra = self._rollout(step, next(self.batches)["prompts"],
+      extra = self._rollout(step, np.asarray(next(self.batches)["prompts"]),
                             jax.random.fold_in(key, 1000 + tries))
       roll, keep = _refill(roll, keep, extra, informative(extra), g)
     roll["keep_groups"] = keep
@@ -258,7 +303,7 @@ class Trainer:
     """The optimizer update(s) for one rollout batch: the fused step when μ = 1, else
     `update_batch` (score once, transforms once, a device-side scan over mini-batches of
     whole groups). Returns (state, host metrics)."""
-    batch = jax.device_put(batch, self._batch_sh(batch))
+    batch = dist.put_global(batch, self._batch_sh(batch))
     name = "step" if self.step_cfg.fused_scoring else "update"
     if name not in self._jits:
       self._jits[name] = (self._make_step if name == "step" else self._make_update)(batch)
@@ -304,10 +349,11 @@ class Trainer:
       return {}
     (ids, mask), _ = self._tokenize(self.eval_examples)
     cfg = self.sampler_cfg.replace(temperature=0.0, num_generations=1, record_topk=0)
-    model = nnx.merge(self.graphdef, self.state.params)
-    r = generate(model, ids, mask, jax.random.key(0), cfg, mesh=self.mesh)
-    tokens, rmask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
-    texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(tokens, rmask)],
+    block = self._prompt_rows(len(ids))
+    r, _ = self._generate(nnx.merge(self.graphdef, self.state.params), ids[block],
+                          mask[block], None, jax.random.key(0), cfg, len(ids))
+    texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(r.tokens_BxN,
+                                                                      r.mask_BxN)],
                                         skip_special_tokens=True)
     out = evaluate(self.eval_examples, texts)
     return {f"eval/{k}": v for k, v in out.items() if isinstance(v, (int, float))}
@@ -371,6 +417,7 @@ class Trainer:
                    "rollout/lag": self.sync.lag(step), "rollout/resample_tries": tries,
                    "time/rollout_and_reward": t1 - t0, "time/train": t2 - t1}
         done = step + 1
+        self._stop = dist.any_process(self._stop)  # every process stops at the same step
         self._check_skips(done, metrics)
         ev = None
         if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.train.steps:
@@ -390,11 +437,13 @@ class Trainer:
       signal.signal(signal.SIGTERM, prev)
       self.log.close()
       self.ckpt.close()
-    if cfg.log.plot and not self._stop:
-      from rljax.plot import plot_runs
-      plot_runs([self.workdir], os.path.join(self.workdir, "plots"))
-    with open(os.path.join(self.workdir, "final_metrics.json"), "w") as f:
-      json.dump(metrics, f, indent=2)
+    if dist.is_writer():
+      if cfg.log.plot and not self._stop:
+        from rljax.plot import plot_runs
+        plot_runs([self.workdir], os.path.join(self.workdir, "plots"))
+      paths.write_text(os.path.join(self.workdir, "final_metrics.json"),
+                       json.dumps(metrics, indent=2))
+    dist.barrier("run_end")
     return metrics
 
 

@@ -91,3 +91,23 @@ def test_load_directly_into_shardings(tmp_path):
   assert w.sharding.spec == P(None, "fsdp", "tensor")
   assert w.addressable_shards[0].data.shape == (2, 32, 24)
   np.testing.assert_array_equal(np.asarray(w), np.asarray(plain.layers.w_gate[...]))
+
+
+def test_train_state_moments_are_sharded_like_their_params():
+  """Left to XLA, Adam's zeros_like moments come out replicated: 2x the params per chip."""
+  import optax
+  from rljax.train_step import init_state
+  from rljax.objectives import build_objective
+  mesh = shd.make_mesh((1, 8, 1))
+  params = {"layers": {"w_up": jax.device_put(jnp.ones((2, 16, 8)), NamedSharding(
+      mesh, P(None, "fsdp", None)))}, "final_norm": jax.device_put(jnp.ones((16,)),
+                                                                  NamedSharding(mesh, P()))}
+  opt = optax.adamw(1e-3)
+  obj = build_objective(advantage="grpo", transforms=(), loss="grpo", num_generations=2)
+  init = lambda p: init_state(p, opt, obj)
+  state = shd.init_sharded(init, params, mesh)
+  mu = state.opt_state[0].mu["layers"]["w_up"]
+  assert mu.sharding.spec == P(None, "fsdp", None)
+  assert state.params["layers"]["w_up"].sharding.spec == P(None, "fsdp", None)
+  assert state.opt_state[0].count.sharding.is_fully_replicated
+  assert shd.state_shardings(init, params, mesh).opt_state[0].nu["final_norm"].spec == P()

@@ -2,4 +2,4 @@
 # Delete the TPU slice (checkpoints live in the run directory, e.g. a gs:// bucket).
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
-gcloud compute tpus tpu-vm delete "$TPU_NAME" --zone="$ZONE" --quiet
+exec python3 "$(dirname "$0")/pod.py" delete --name "$TPU_NAME" --zone "$ZONE" "$@"

@@ -1,0 +1,280 @@
+"""`python -m rljax.aot --config configs/pod.py:model=qwen3_4b --topology v5p:2x2x2`
+
+Compiles, for a TPU slice and without TPU hardware (the `libtpu` wheel from
+requirements-tpu-aot.txt), the run's real programs: the jitted train step the trainer
+uses (`jit_train_step` with the config's StepConfig, optimizer and shardings) and the
+sampler's prefill and decode (`rljax.rollout.sampler._build`). Parameters are shapes
+only (`nnx.eval_shape`), so a model's config.json is all it needs. Prints, per chip, the
+HBM each program needs (arguments, temporaries, outputs, less donated aliases) against
+the chip's capacity, the FLOPs of one RL step (counted analytically: XLA's
+cost_analysis counts a scanned layer once) and its time at the chip's peak.
+`--out FILE.json` writes the report. Topology names are those
+`jax.experimental.topologies.get_topology_desc` takes ("v5e:2x2", "v5p:2x2x2").
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+# chip -> (peak dense bf16 FLOP/s, HBM bytes); device_kind as libtpu reports it
+CHIPS = {"TPU v4": (275e12, 32 << 30), "TPU v5 lite": (197e12, 16 << 30),
+         "TPU v5": (459e12, 95 << 30), "TPU v6 lite": (918e12, 32 << 30)}
+
+
+def topology_devices(name: str):
+  """The devices of a TPU topology, deviceless (needs the libtpu wheel)."""
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other local jax processes
+  os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no GCE metadata server here
+  try:
+    import libtpu  # noqa: F401
+  except ImportError:
+    raise ImportError("AOT compilation for TPU needs the libtpu wheel: "
+                      "pip install -r requirements-tpu-aot.txt") from None
+  from jax.experimental import topologies
+  return topologies.get_topology_desc(topology_name=name, platform="tpu").devices
+
+
+def model_config(cfg):
+  """The ModelConfig of a run config: a config.json directory (no weights needed), a
+  bundled model's GGUF metadata, or the tiny random model over the tokenizer's vocab."""
+  from rljax.models.bundled import resolve
+  from rljax.models.config import ModelConfig, load_hf_config
+  c = cfg.model
+  if c.tiny:
+    from rljax.models.tokenizer import load_tokenizer
+    tok = load_tokenizer(resolve(c.tokenizer or c.path))
+    return ModelConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                       param_dtype=c.param_dtype, dtype=c.dtype, **c.tiny_config.to_dict())
+  path = resolve(c.path)
+  if os.path.isdir(path):
+    return load_hf_config(path, param_dtype=c.param_dtype, dtype=c.dtype)
+  from rljax.models.checkpoint import gguf_config
+  return gguf_config(path, param_dtype=c.param_dtype, dtype=c.dtype)
+
+
+def _shaped(tree, shardings):
+  import jax
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
+def _per_chip_bytes(tree) -> int:
+  import jax
+  import numpy as np
+  total = 0
+  for x in jax.tree.leaves(tree):
+    shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) else x.shape
+    total += int(np.prod(shape)) * np.dtype(x.dtype).itemsize
+  return total
+
+
+def _memory(compiled) -> dict:
+  m = compiled.memory_analysis()
+  out = {"arguments": m.argument_size_in_bytes, "temps": m.temp_size_in_bytes,
+         "outputs": m.output_size_in_bytes, "aliased": m.alias_size_in_bytes,
+         "code": m.generated_code_size_in_bytes}
+  out["total"] = out["arguments"] + out["temps"] + out["outputs"] - out["aliased"]
+  return out
+
+
+class DoesNotFit(Exception):
+  """XLA refused to compile a program for lack of HBM (CompileTimeHbmOom)."""
+
+
+def _compile(lowered):
+  try:
+    return lowered.compile()
+  except Exception as e:  # jax.errors.JaxRuntimeError
+    if "RESOURCE_EXHAUSTED" in str(e) or "HbmOom" in str(e):
+      raise DoesNotFit(str(e).splitlines()[0]) from None
+    raise
+
+
+def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, remat: bool,
+               replay: bool, use_ref: bool) -> dict:
+  """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
+  and the fused train step (forward, backward, remat recompute, replay and ref forwards).
+  Attention is counted dense over its key span (what the code computes, masked)."""
+  c = mcfg
+  d, e, h, k, f, v, n_l = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads,
+                           c.intermediate_size, c.vocab_size, c.num_layers)
+  mm = n_l * (d * e * (2 * h + 2 * k) + 3 * d * f)  # matmul params per layer stack
+
+  def fwd(tokens, keys):
+    return 2 * mm * tokens + 4 * n_l * h * e * tokens * keys
+
+  unembed = 2 * d * v
+  slots = prompt + response - 1
+  prefill = rows * (fwd(prompt, slots) + unembed)
+  decode = rows * (response - 1) * (fwd(1, slots) + unembed)
+  length = prompt + response
+  policy = rows * ((3 + int(remat)) * fwd(length, length) + 4 * unembed * response)
+  extra = 0
+  if replay:
+    m = replay_prompt + response
+    extra += rows * (fwd(m, m) + 2 * unembed * response)
+  if use_ref:
+    extra += rows * (fwd(length, length) + 2 * unembed * response)
+  train = policy + extra
+  return {"prefill": prefill, "decode": decode, "train_step": train,
+          "total": prefill + decode + train}
+
+
+def compile_run(cfg, topology: str) -> dict:
+  """Compiles the train step and the sampler for `topology`; the report as a dict. A program
+  XLA cannot fit in HBM ends the report there with fits=False and XLA's message."""
+  from flax import nnx
+  from rljax import sharding as shd
+  from rljax.config_check import validate_config
+  from rljax.models import _abstract
+  from rljax.trainer import build_step_parts
+
+  devices = topology_devices(topology)
+  kind = devices[0].device_kind
+  peak, hbm = CHIPS.get(kind, (float("nan"), 0))
+  for w in validate_config(cfg, len(devices)):
+    print("warning:", w, file=sys.stderr)
+  mesh = shd.make_mesh(tuple(cfg.mesh.shape), devices=devices)
+  mcfg = model_config(cfg)
+  remat = bool(cfg.model.remat)
+  graphdef, abs_state = nnx.split(_abstract(mcfg, remat))
+  pure = nnx.to_pure_dict(abs_state)
+  params = _shaped(pure, shd.param_shardings(pure, mesh))
+  objective, optimizer, step_cfg = build_step_parts(cfg, mcfg.vocab_size)
+  report = {"topology": topology, "chip": kind, "chips": len(devices),
+            "mesh": dict(mesh.shape), "hbm_per_chip": hbm, "peak_flops_per_chip": peak,
+            "model": {k: getattr(mcfg, k) for k in (
+                "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
+                "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype")},
+            "remat": remat, "programs": {}}
+  d, r = cfg.data, cfg.rollout
+  flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
+                     r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref)
+  report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
+  t0 = time.time()
+  try:
+    _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
+                      optimizer, step_cfg)
+  except DoesNotFit as e:
+    report.update(fits=False, error=str(e), peak_hbm_per_chip=None)
+  report["compile_seconds"] = time.time() - t0
+  return report
+
+
+def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
+                      optimizer, step_cfg):
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from rljax import sharding as shd
+  from rljax.config_check import sampler_config
+  from rljax.rollout import sampler as smp
+  from rljax.rollout.config import cache_slots, resolve_stop_ids
+  from rljax.train_step import init_state, jit_train_step
+  # the train state in the shardings the trainer creates it in (shd.init_sharded)
+  init_fn = lambda p: init_state(p, optimizer, objective)
+  state = _shaped(jax.eval_shape(init_fn, params), shd.state_shardings(init_fn, params, mesh))
+  d, r = cfg.data, cfg.rollout
+  b, n = d.batch_size, r.max_new_tokens
+  i32, f32 = jnp.int32, jnp.float32
+  shapes = {"tokens_BxL": ((b, d.max_prompt_len + n), i32),
+            "attn_mask_BxL": ((b, d.max_prompt_len + n), i32), "mask_BxN": ((b, n), f32),
+            "adv_B": ((b,), f32), "sampler_logp_BxN": ((b, n), f32)}
+  if step_cfg.replay:
+    shapes["minus_tokens_BxM"] = ((b, d.max_replay_prompt_len + n), i32)
+    shapes["minus_attn_mask_BxM"] = ((b, d.max_replay_prompt_len + n), i32)
+  if step_cfg.head_k:
+    shapes["head_ids_BxNxK"] = ((b, n, step_cfg.head_k), i32)
+    shapes["head_logq_BxNxK"] = ((b, n, step_cfg.head_k), f32)
+  batch = {k: jax.ShapeDtypeStruct(s, t, sharding=shd.batch_sharding(mesh, len(s)))
+           for k, (s, t) in shapes.items()}
+  ref = params if step_cfg.use_ref else None
+  step = jit_train_step(graphdef, optimizer, step_cfg, cfg.train.grad_accum,
+                        jax.tree.map(lambda x: x.sharding, state),
+                        jax.tree.map(lambda x: x.sharding, batch),
+                        None if ref is None else jax.tree.map(lambda x: x.sharding, ref),
+                        shd.replicated(mesh))
+  compiled = _compile(step.lower(state, batch, ref))
+  report["programs"]["train_step"] = _memory(compiled)
+  report["programs"]["train_step"]["xla_flops_scan_once"] = float(
+      (compiled.cost_analysis() or {}).get("flops", 0.0))
+  report["state_bytes_per_chip"] = _per_chip_bytes(state)
+  report["opt_state_bytes_per_chip"] = _per_chip_bytes(state.opt_state)
+  # the sampler: prefill + decode on the trainer's params (rollout.copy="none" shares them)
+  scfg = sampler_config(cfg, stop_ids=(mcfg.eos_token_id or 0,), pad_id=0)
+  prompts = b // r.num_generations
+  slots = cache_slots(scfg, d.max_prompt_len)
+  stop_ids = resolve_stop_ids(scfg, mcfg.eos_token_id)
+  prefill, decode = smp._build(graphdef, scfg, slots, stop_ids, mesh)
+  put = lambda s, t: jax.ShapeDtypeStruct(s, t, sharding=jax.sharding.NamedSharding(
+      mesh, shd.logical_to_spec(("batch",) + (None,) * (len(s) - 1), s, mesh)))
+  s_state = jax.tree.map(lambda x: x, abs_state)
+  nnx.replace_by_pure_dict(s_state, params)
+  ids = put((prompts, d.max_prompt_len), i32)
+  keys = put((prompts,), jax.random.key(0).dtype)
+  pre = _compile(prefill.lower(s_state, ids, ids, keys))
+  report["programs"]["prefill"] = _memory(pre)
+  ds_shape = jax.eval_shape(prefill, s_state, ids, ids, keys)[0]
+  ds = _shaped(ds_shape, pre.output_shardings[0])
+  dec = _compile(decode.lower(s_state, ds))
+  report["programs"]["decode"] = _memory(dec)
+  # peak per chip: the step (state donated in place), or a sampler program plus the
+  # optimizer state that stays resident while it runs
+  opt = report["opt_state_bytes_per_chip"]
+  peak_bytes = max(report["programs"]["train_step"]["total"],
+                   report["programs"]["prefill"]["total"] + opt,
+                   report["programs"]["decode"]["total"] + opt)
+  hbm = report["hbm_per_chip"]
+  report.update(peak_hbm_per_chip=peak_bytes, fits=bool(hbm) and peak_bytes <= hbm)
+
+
+def format_report(rep: dict) -> str:
+  gib = lambda x: f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
+  lines = [f"{rep['topology']}: {rep['chips']} x {rep['chip']}, mesh {rep['mesh']}, "
+           f"remat={rep['remat']}"]
+  for name, m in rep["programs"].items():
+    lines.append(f"  {name:10s} per chip: arguments {gib(m['arguments'])}, temps "
+                 f"{gib(m['temps'])}, outputs {gib(m['outputs'])}, aliased "
+                 f"{gib(m['aliased'])} -> {gib(m['total'])}")
+  if rep.get("error"):
+    lines.append(f"  DOES NOT FIT in {gib(rep['hbm_per_chip'])} HBM per chip: {rep['error']}")
+  else:
+    lines.append(f"  peak per chip {gib(rep['peak_hbm_per_chip'])} of "
+                 f"{gib(rep['hbm_per_chip'])} HBM: {'fits' if rep['fits'] else 'DOES NOT FIT'}")
+  f = rep["flops"]
+  lines.append(f"  FLOPs per RL step {f['total']:.3e} (prefill {f['prefill']:.2e}, decode "
+               f"{f['decode']:.2e}, train step {f['train_step']:.2e}); at peak "
+               f"{rep['ideal_step_seconds']:.3g} s on {rep['chips']} chips")
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  from absl import app, flags
+  sys.path.insert(0, os.getcwd())  # `configs/` next to the checkout
+  cfg = _CONFIG.value
+  topology = _TOPOLOGY.value or cfg.get("topology")
+  if not topology:
+    raise app.UsageError("--topology is required (the config names none), e.g. v5p:2x2x2")
+  rep = compile_run(cfg, topology)
+  rep["config"] = flags.FLAGS["config"].config_filename if hasattr(
+      flags.FLAGS["config"], "config_filename") else None
+  print(format_report(rep))
+  if _OUT.value:
+    os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
+    with open(_OUT.value, "w") as fh:
+      json.dump(rep, fh, indent=2, default=str)
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+  from ml_collections import config_flags
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host runs nothing; TPU only compiles
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "config file[:arg]")
+  _TOPOLOGY = flags.DEFINE_string("topology", None,
+                                  "TPU topology, e.g. v5p:2x2x2 (default: the config's)")
+  _OUT = flags.DEFINE_string("out", None, "write the report as JSON here")
+  flags.mark_flag_as_required("config")
+  app.run(main)

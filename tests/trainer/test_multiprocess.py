@@ -1,0 +1,114 @@
+"""Two CPU processes (jax.distributed, 2 devices each) train exactly like one process with
+4 devices; killed at step 2 and relaunched, they resume and end equal.
+
+The tiny config's lr (1e-2) makes Adam turn float32 reduction-order noise (gloo's
+all-reduce vs the in-process one sum in different orders) into ~1e-4 parameter
+differences where gradients are near Adam's eps, so the runs here use lr=1e-4: every
+parameter still moves by ~1e-4 per step, 10x the tolerance, while the gradients
+themselves (Adam's first moment) agree to float32 rounding.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS, KILL_AT, TOL = 3, 2, 1e-5
+
+
+def _cmd(wd, data_dir):
+  return [sys.executable, "-m", "rljax.train", "--config", "configs/cort_grpo.py:tiny",
+          f"--config.train.steps={STEPS}", f"--config.data.data_dir={data_dir}",
+          "--config.eval.num_prompts=0", "--config.optim.lr=1e-4", f"--workdir={wd}"]
+
+
+def _env(devices, cache, process=None, port=None):
+  env = dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+  if process is not None:
+    env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
+               JAX_PROCESS_ID=str(process))
+  return env
+
+
+def _port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _launch_pair(wd, data, cache, log):
+  port = _port()
+  return [subprocess.Popen(_cmd(wd, data), cwd=ROOT, env=_env(2, cache, i, port),
+                           stdout=open(f"{log}.{i}", "w"), stderr=subprocess.STDOUT)
+          for i in range(2)]
+
+
+def _tail(log):
+  return "".join(open(log).readlines()[-40:])
+
+
+def _state(wd, step):
+  """The saved train state as numpy (read on one device, whatever mesh saved it)."""
+  path = os.path.join(wd, "checkpoints", "last", str(step), "state")
+  with ocp.PyTreeCheckpointer() as c:
+    meta = c.metadata(path)
+    tree = getattr(meta, "item_metadata", meta)
+    tree = getattr(tree, "tree", tree)
+    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return c.restore(path, args=ocp.args.PyTreeRestore(restore_args=args))["train"]
+
+
+def _max_diff(a, b, part):
+  xs, ys = jax.tree.leaves(a[part]), jax.tree.leaves(b[part])
+  assert len(xs) == len(ys) > 0
+  return max(float(np.max(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64))))
+             for x, y in zip(xs, ys) if np.size(x))
+
+
+def test_two_processes_equal_one_and_resume_after_kill(tmp_path):
+  data, cache = str(tmp_path / "tfds"), str(tmp_path / "jit_cache")
+  one, two = str(tmp_path / "one"), str(tmp_path / "two")
+  log = str(tmp_path / "log")
+  single = subprocess.Popen(_cmd(one, data), cwd=ROOT, env=_env(4, cache),
+                            stdout=open(log + ".single", "w"), stderr=subprocess.STDOUT)
+  pair = _launch_pair(two, data, cache, log + ".a")
+  t0 = time.time()
+  while not os.path.exists(os.path.join(two, "checkpoints", "last", str(KILL_AT))):
+    for i, p in enumerate(pair):
+      assert p.poll() is None, _tail(f"{log}.a.{i}")
+    assert time.time() - t0 < 600, "no checkpoint of step 2 within 600 s"
+    time.sleep(0.05)
+  for p in pair:
+    p.send_signal(signal.SIGKILL)
+  for p in pair:
+    p.wait()
+  saved = sorted(int(s) for s in os.listdir(os.path.join(two, "checkpoints", "last"))
+                 if s.isdigit())
+  assert saved[-1] == KILL_AT, saved
+  assert single.wait(timeout=600) == 0, _tail(log + ".single")
+
+  pair = _launch_pair(two, data, cache, log + ".b")
+  for i, p in enumerate(pair):
+    assert p.wait(timeout=600) == 0, _tail(f"{log}.b.{i}")
+  assert f"resumed from {two} at step {KILL_AT}" in open(log + ".b.0").read()
+
+  for step in (1, KILL_AT, STEPS):  # before the kill, and after the resume
+    a, b = _state(one, step), _state(two, step)
+    d = _max_diff(a, b, "params")
+    print(f"step {step}: max |params 2 proc - 1 proc| = {d:.3g}")
+    assert d <= TOL, (step, d)
+  moved = _max_diff(_state(one, 1), _state(one, STEPS), "params")
+  assert moved > 10 * TOL, moved  # the comparison is not between untouched params
+  # one writer: process 1 wrote no metrics line of its own (step 1 is logged once)
+  steps = [json.loads(x)["step"] for x in open(os.path.join(two, "metrics.jsonl"))]
+  assert steps.count(1) == 1 and set(steps) == {1, 2, 3}, steps
