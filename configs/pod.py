@@ -33,6 +33,7 @@ def get_config(arg=None):
   c.data.num_train, c.data.num_heldout, c.data.max_criteria = 8192, 512, 4
   c.rollout.num_generations, c.rollout.max_new_tokens = 8, 2048
   c.train.grad_accum, c.train.steps, c.train.logprob_chunk = accum, 500, 512
+  c.train.inner_epochs, c.train.num_minibatches = 1, 1  # one fused update per rollout batch
   c.optim.lr, c.optim.warmup_steps = 1e-6, 10
   c.checkpoint.every, c.eval.every, c.eval.num_prompts = 25, 25, 128
   return c

@@ -143,6 +143,9 @@ def compile_run(cfg, topology: str) -> dict:
   pure = nnx.to_pure_dict(abs_state)
   params = _shaped(pure, shd.param_shardings(pure, mesh))
   objective, optimizer, step_cfg = build_step_parts(cfg, mcfg.vocab_size)
+  if not step_cfg.fused_scoring:
+    raise ValueError("rljax.aot compiles the fused train step: set train.inner_epochs = "
+                     "train.num_minibatches = 1 (the mini-batch update is not covered yet)")
   report = {"topology": topology, "chip": kind, "chips": len(devices),
             "mesh": dict(mesh.shape), "hbm_per_chip": hbm, "peak_flops_per_chip": peak,
             "model": {k: getattr(mcfg, k) for k in (

@@ -19,6 +19,7 @@ def test_tiny_step_and_sampler_compile_for_a_tpu_topology():
   from configs import cort_grpo
   from rljax.aot import compile_run, format_report, step_flops
   cfg = cort_grpo.get_config("tiny")
+  cfg.train.inner_epochs = cfg.train.num_minibatches = 1  # the fused step
   rep = compile_run(cfg, "v5e:2x2")
   assert rep["chips"] == 4 and rep["chip"] == "TPU v5 lite"
   assert rep["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
