@@ -186,7 +186,7 @@ def figures(res: dict, out: str) -> list[str]:
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   common.finish_axes(ax, "recorded head size k (tokens; V = 256)",
-                     "‖expected update‖ under constant reward (logit space)",
+                     "‖E[update]‖, constant reward (logit space)",
                      "Top-k SC residual drift, generic sampler tail")
   fig.tight_layout()
   paths.append(f"{out}/topk_residual_drift.png")
@@ -209,8 +209,9 @@ def tables(res: dict) -> str:
   s += "\nExpected update Σ_a q_a(−∇L(a)) under a constant reward A = +1 (logit space), every " \
        "estimator (library loss, practical BPO: ε = 0.1, C = 3, sign mask; top-k with k = 2):\n\n"
   s += common.md_table(["estimator", "A = +1", "A = −1"], [
-      [n, np.round(b["constant_reward_+1"][n], 6).tolist(),
-       np.round(b["constant_reward_-1"][n], 6).tolist()] for n in ESTIMATORS])
+      [n, np.round(np.asarray(b["constant_reward_+1"][n], np.float64), 5).tolist(),
+       np.round(np.asarray(b["constant_reward_-1"][n], np.float64), 5).tolist()]
+      for n in ESTIMATORS])
   c = res["topk_residual"]
   s += ("\n## (c) Top-k SC residual drift, generic sampler tail (V = 256, constant reward)\n\n"
         f"n = {res['config']['n_draws']} random (p, q) pairs per σ; mean [95% bootstrap CI]; "

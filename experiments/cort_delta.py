@@ -1,0 +1,306 @@
+"""Study 2 — CoRT Figure 1 analogue on SmolLM2-135M-Instruct (scoring only).
+
+    python -m experiments.cort_delta [--quick] [--out DIR] [--seed S]
+
+Held-out rubric prompts (rljax.data.rubric, split "heldout"); one response each from the
+library sampler (rljax.rollout.generate, temperature 0.7, no truncation); the response is
+scored by the library scorer (rljax.rollout.score_rollout, the trainer's logprobs at the
+sampler's temperature) under x⁺ (rubric), x⁻ (rubric-free) and x⁺ minus one criterion at a
+time (per-criterion replay). Δ = ℓ⁺ − ℓ⁻ per token; Δ_c = ℓ⁺ − ℓ^{(−c)}. Tokens overlapping
+the characters that bear a criterion (experiments.criterion_spans) are "criterion" tokens.
+w̃ = 1 + η λ (σ(Δ/τ) − ½) with λ = 1, η = 0.5, τ = 1 (rljax.objectives.cort_weights).
+The seed's claim (CoRT Fig. 1): criterion-bearing tokens carry most of Δ.
+"""
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from experiments import common
+from experiments.criterion_spans import bearing_spans, label_tokens, token_char_spans
+
+STUDY = "cort_delta"
+
+
+def auroc(scores, labels) -> float:
+  """P(score of a positive > score of a negative), ties count ½ (Mann-Whitney)."""
+  from scipy.stats import rankdata
+  s, y = np.asarray(scores, np.float64), np.asarray(labels, bool)
+  n1, n0 = y.sum(), (~y).sum()
+  if n1 == 0 or n0 == 0:
+    return float("nan")
+  r = rankdata(s)
+  return float((r[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def cluster_boot(groups, stat, n_boot: int, seed: int):
+  """Percentile 95% CI of stat(concatenated groups) resampling whole responses."""
+  rng = np.random.default_rng(seed)
+  vals = []
+  for _ in range(n_boot):
+    idx = rng.integers(0, len(groups), len(groups))
+    v = stat([groups[i] for i in idx])
+    if np.isfinite(v):
+      vals.append(v)
+  if not vals:
+    return [float("nan"), float("nan")]
+  return [float(np.quantile(vals, 0.025)), float(np.quantile(vals, 0.975))]
+
+
+def _cat(groups, k):
+  return np.concatenate([g[k] for g in groups]) if groups else np.zeros(0)
+
+
+def class_stats(groups, key: str, n_boot: int, seed: int) -> dict:
+  """Mean of `key` on criterion / other tokens, AUROC, share of mass; cluster-bootstrap CIs."""
+  mean_on = lambda gs, lab: (lambda x, y: float(x[y == lab].mean()) if (y == lab).any()
+                             else float("nan"))(_cat(gs, key), _cat(gs, "label"))
+  au = lambda gs: auroc(_cat(gs, key), _cat(gs, "label"))
+  share = lambda gs, f: (lambda x, y: float(f(x)[y].sum() / max(f(x).sum(), 1e-12)))(
+      _cat(gs, key), _cat(gs, "label").astype(bool))
+  out = {"n_responses": len(groups), "n_tokens": int(_cat(groups, "label").size),
+         "n_criterion_tokens": int(_cat(groups, "label").sum())}
+  for name, fn in (("mean_criterion", lambda gs: mean_on(gs, 1)),
+                   ("mean_other", lambda gs: mean_on(gs, 0)),
+                   ("auroc", au),
+                   ("share_abs", lambda gs: share(gs, np.abs)),
+                   ("share_pos", lambda gs: share(gs, lambda x: np.maximum(x, 0)))):
+    out[name] = {"value": fn(groups), "ci95": cluster_boot(groups, fn, n_boot, seed)}
+  out["token_share_criterion"] = out["n_criterion_tokens"] / max(out["n_tokens"], 1)
+  return out
+
+
+def collect(cfg: dict):
+  """Generates and scores; returns per-response records (numpy) and the tokenizer."""
+  from rljax.data import rubric
+  from rljax.objectives import CortConfig, cort_weights
+  from rljax.rewards import get_reward
+  from rljax.rollout import Rollout, SamplerConfig, generate, score_rollout
+  model, tok = common.load_smollm2()
+  eos, pad = tok.eos_token_id, tok.pad_token_id or 0
+  exs = list(rubric.generate_examples(cfg["seed"], "heldout", cfg["n_prompts"]))
+  enc = lambda t: tok(t, add_special_tokens=False)["input_ids"]
+  plus = [enc(rubric.chat_prompt(e["prompt_plus"], tok)) for e in exs]
+  minus = [enc(rubric.chat_prompt(e["prompt_minus"], tok)) for e in exs]
+  drops = [(i, j) for i, e in enumerate(exs) for j in range(len(e["criteria_spans"]))]
+  drop_ids = [enc(rubric.chat_prompt(rubric.remove_criteria(exs[i], [j]), tok)) for i, j in drops]
+  p_len, m_len = max(map(len, plus + drop_ids)), max(map(len, minus))
+  scfg = SamplerConfig(max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"],
+                       stop_token_ids=(eos,), pad_token_id=pad)
+  b, n = cfg["batch"], len(exs)
+  pad_rows = lambda rows: rows + [rows[-1]] * (-len(rows) % b)
+  key = jax.random.key(cfg["seed"])
+  toks, rmask, lp, lm = [], [], [], []
+  for s in range(0, n, b):
+    ids, mask = common.left_pad(pad_rows(plus[s:s + b]), pad, p_len)
+    r = generate(model, ids, mask, jax.random.fold_in(key, s), scfg)
+    mids, mmask = common.left_pad(pad_rows(minus[s:s + b]), pad, m_len)
+    lp.append(np.asarray(score_rollout(model, r, scfg)["logp_BxN"]))
+    lm.append(np.asarray(score_rollout(model, r._replace(
+        prompt_ids_BxP=jnp.asarray(mids), prompt_mask_BxP=jnp.asarray(mmask)), scfg)["logp_BxN"]))
+    toks.append(np.asarray(r.tokens_BxN))
+    rmask.append(np.asarray(r.mask_BxN))
+    print(f"[cort_delta] generated and scored {min(s + b, n)}/{n}", flush=True)
+  cat = lambda xs: np.concatenate(xs)[:n]
+  toks, rmask, lp, lm = cat(toks), cat(rmask), cat(lp), cat(lm)
+  lc = np.zeros((len(drops), toks.shape[1]), np.float32)
+  for s in range(0, len(drops), b):
+    rows = [i for i, _ in drops[s:s + b]]
+    rows_p = rows + [rows[-1]] * (-len(rows) % b)
+    ids, mask = common.left_pad(pad_rows(drop_ids[s:s + b]), pad, p_len)
+    r = Rollout(jnp.asarray(toks[rows_p]), jnp.asarray(rmask[rows_p]), None, None, None, None,
+                jnp.asarray(ids), jnp.asarray(mask))
+    lc[s:s + len(rows)] = np.asarray(score_rollout(model, r, scfg)["logp_BxN"])[:len(rows)]
+  texts = tok.batch_decode([t[m > 0] for t, m in zip(toks, rmask)], skip_special_tokens=True)
+  _, info = get_reward("csr")(texts, exs)
+  delta = (lp - lm) * rmask
+  w_raw, _ = cort_weights(jnp.asarray(delta), jnp.asarray(rmask), jnp.float32(1.0),
+                          CortConfig(eta=cfg["eta"], tau=cfg["tau"], normalize=False))
+  w_raw = np.asarray(w_raw)
+  recs = []
+  for i, e in enumerate(exs):
+    m = rmask[i] > 0
+    ids = [int(t) for t in toks[i][m]]
+    cs = token_char_spans(tok, ids)
+    text = tok.decode(ids, skip_special_tokens=True)
+    per_crit, any_lab = [], np.zeros(len(ids), bool)
+    for j, (iid, kw) in enumerate(zip(e["instruction_id_list"], e["kwargs"])):
+      lab = np.array(label_tokens(cs, bearing_spans(iid, kw, text)), bool)
+      any_lab |= lab
+      k = drops.index((i, j))
+      per_crit.append({"id": iid, "satisfied": bool(info["criteria"][i][j]), "label": lab,
+                       "delta_c": (lp[i] - lc[k])[m]})
+    recs.append({"id": e["id"], "ids": ids, "text": text, "delta": delta[i][m],
+                 "w_raw": w_raw[i][m], "label": any_lab.astype(np.int8), "criteria": per_crit,
+                 "csr": float(info["csr"][i]), "truncated": bool(rmask[i].all())})
+  return recs, tok
+
+
+def per_criterion(recs, n_boot: int, seed: int) -> list[dict]:
+  by: dict[str, list] = {}
+  for r in recs:
+    for c in r["criteria"]:
+      by.setdefault(c["id"], []).append((r, c))
+  rows = []
+  for iid, items in sorted(by.items()):
+    groups = [{"delta_c": c["delta_c"], "delta": r["delta"], "label": c["label"].astype(np.int8)}
+              for r, c in items]
+    row = {"id": iid, "n_responses": len(items),
+           "satisfied_rate": float(np.mean([c["satisfied"] for _, c in items])),
+           "responses_with_span": int(sum(c["label"].any() for _, c in items))}
+    if row["responses_with_span"]:
+      row["delta_c"] = class_stats(groups, "delta_c", n_boot, seed)
+      row["delta"] = class_stats(groups, "delta", n_boot, seed)
+    rows.append(row)
+  return rows
+
+
+def heatmap(recs, tok, path: str, n_show: int, width: int = 110) -> None:
+  """A few responses, each token on a background coloured by w̃; criterion tokens boxed."""
+  plt = common.pyplot()
+  import matplotlib
+  from matplotlib import cm, colors
+  pick = sorted(range(len(recs)), key=lambda i: (-int(recs[i]["label"].sum()), i))[:n_show]
+  norm = colors.Normalize(0.75, 1.25)
+  cmap = matplotlib.colormaps["coolwarm"]
+  lines = []  # (response index, [(token text, w, label)])
+  for i in pick:
+    r = recs[i]
+    cur, length = [], 0
+    lines.append((i, None))
+    for t, w, lab in zip(r["ids"], r["w_raw"], r["label"]):
+      s = tok.decode([t], skip_special_tokens=True).replace("\n", "⏎ ")
+      if length + len(s) > width and cur:
+        lines.append((i, cur))
+        cur, length = [], 0
+      cur.append((s, float(w), bool(lab)))
+      length += len(s)
+    if cur:
+      lines.append((i, cur))
+  fs = 7  # monospace: one character is 0.6 fs points wide, so x is in characters
+  h = 0.2 * len(lines) + 1.0
+  fig = plt.figure(figsize=(width * 0.64 * fs / 72 / 0.96, h))
+  ax = fig.add_axes([0.02, 0.8 / h, 0.96, 1 - 0.9 / h])
+  ax.set_xlim(0, width)
+  ax.set_ylim(len(lines), 0)
+  ax.axis("off")
+  for y, (i, toks) in enumerate(lines):
+    if toks is None:
+      r = recs[i]
+      crit = ", ".join(c["id"].split(":")[1] for c in r["criteria"])
+      ax.text(0, y + 0.7, f"[{r['id']}] criteria: {crit}  (CSR {r['csr']:.2f})",
+              fontsize=7, weight="bold", family="monospace")
+      continue
+    x = 0.0
+    for s, w, lab in toks:
+      ax.text(x, y + 0.7, s, fontsize=7, family="monospace",
+              bbox=dict(boxstyle="square,pad=0.05", fc=cmap(norm(w)),
+                        ec="black" if lab else "none", lw=0.8))
+      x += len(s)
+  cax = fig.add_axes([0.3, 0.45 / h, 0.4, 0.12 / h])
+  cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
+  cb.set_label("w̃ = 1 + ηλ(σ(Δ/τ) − ½), λ=1 (dimensionless); boxed = criterion token", fontsize=7)
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def histogram(recs, path: str) -> None:
+  plt = common.pyplot()
+  d = np.concatenate([r["delta"] for r in recs])
+  y = np.concatenate([r["label"] for r in recs]).astype(bool)
+  fig, ax = plt.subplots(figsize=(5.4, 3.6))
+  bins = np.linspace(np.quantile(d, 0.001), np.quantile(d, 0.999), 60)
+  ax.hist(d[~y], bins, density=True, alpha=0.6, label=f"other tokens (n={int((~y).sum())})")
+  ax.hist(d[y], bins, density=True, alpha=0.6, label=f"criterion tokens (n={int(y.sum())})")
+  ax.set_yscale("log")
+  common.finish_axes(ax, "Δ = log π(y|x⁺) − log π(y|x⁻) (nats)", "density (per nat)",
+                     "SmolLM2-135M, held-out rubric prompts")
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def fmt(d) -> str:
+  return f"{d['value']:.3f} [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]"
+
+
+def tables(res) -> str:
+  o = res["overall"]
+  s = (f"n = {o['delta']['n_responses']} responses, {o['delta']['n_tokens']} tokens, "
+       f"{o['delta']['n_criterion_tokens']} criterion tokens "
+       f"({100 * o['delta']['token_share_criterion']:.1f} %); mean CSR of the responses "
+       f"{res['mean_csr']:.3f}. Values [95% CI, bootstrap over responses, "
+       f"{res['config']['n_boot']} resamples].\n\n")
+  s += common.md_table(["quantity", "Δ (nats)", "w̃ (λ=1)"], [
+      ["mean on criterion tokens", fmt(o["delta"]["mean_criterion"]), fmt(o["w_raw"]["mean_criterion"])],
+      ["mean on other tokens", fmt(o["delta"]["mean_other"]), fmt(o["w_raw"]["mean_other"])],
+      ["AUROC (criterion vs other)", fmt(o["delta"]["auroc"]), fmt(o["w_raw"]["auroc"])],
+      ["AUROC of |Δ|", fmt(o["abs_delta"]["auroc"]), ""],
+      ["share of Σ|Δ| on criterion tokens", fmt(o["delta"]["share_abs"]), ""],
+      ["share of Σmax(Δ,0) on criterion tokens", fmt(o["delta"]["share_pos"]), ""]])
+  s += ("\n### Per criterion (Δ_c = ℓ⁺ − ℓ⁻ᶜ, replay without that criterion only; "
+        "criterion tokens = that criterion's spans)\n\n")
+  rows = []
+  for r in res["per_criterion"]:
+    if "delta_c" in r:
+      dc = r["delta_c"]
+      rows.append([r["id"], r["n_responses"], f"{r['satisfied_rate']:.2f}",
+                   r["responses_with_span"], dc["n_criterion_tokens"],
+                   fmt(dc["mean_criterion"]), fmt(dc["mean_other"]), fmt(dc["auroc"]),
+                   fmt(r["delta"]["mean_criterion"])])
+    else:
+      rows.append([r["id"], r["n_responses"], f"{r['satisfied_rate']:.2f}",
+                   r["responses_with_span"], 0, "–", "–", "–", "–"])
+  s += common.md_table(["criterion", "n resp.", "satisfied", "resp. with span", "crit. tokens",
+                        "mean Δ_c crit.", "mean Δ_c other", "AUROC Δ_c", "mean Δ crit."], rows)
+  return s
+
+
+def run(out: str, quick: bool = False, seed: int = 0) -> dict:
+  timer = common.Timer()
+  cfg = {"model": "SmolLM2-135M-Instruct (bundled GGUF, float32)", "split": "heldout",
+         "n_prompts": 6 if quick else 200, "max_new_tokens": 24 if quick else 96,
+         "temperature": 0.7, "top_k": 0, "top_p": 1.0, "batch": 6 if quick else 20,
+         "eta": 0.5, "tau": 1.0, "lambda": 1.0, "seed": seed, "n_boot": 50 if quick else 1000}
+  recs, tok = collect(cfg)
+  t_collect = timer()
+  groups = [{"delta": r["delta"], "abs_delta": np.abs(r["delta"]), "w_raw": r["w_raw"],
+             "label": r["label"]} for r in recs]
+  res = {"study": STUDY, "config": cfg, "mean_csr": float(np.mean([r["csr"] for r in recs])),
+         "overall": {k: class_stats(groups, k, cfg["n_boot"], seed)
+                     for k in ("delta", "abs_delta", "w_raw")},
+         "per_criterion": per_criterion(recs, cfg["n_boot"], seed)}
+  heatmap(recs, tok, f"{out}/heatmap_w_tilde.png", 3 if quick else 5)
+  histogram(recs, f"{out}/delta_hist.png")
+  res["figures"] = ["heatmap_w_tilde.png", "delta_hist.png"]
+  res["responses"] = [{"id": r["id"], "csr": r["csr"], "text": r["text"], "token_ids": r["ids"],
+                       "delta": np.round(r["delta"], 4), "label": r["label"],
+                       "criteria": [{"id": c["id"], "satisfied": c["satisfied"],
+                                     "label": c["label"].astype(np.int8),
+                                     "delta_c": np.round(c["delta_c"], 4)}
+                                    for c in r["criteria"]]} for r in recs]
+  with open(f"{out}/table.md", "w") as f:
+    f.write(f"# Study 2: CoRT Figure 1 analogue (SmolLM2-135M)\n\n{tables(res)}")
+  res["environment"] = common.environment()
+  res["runtime_s"] = {"generate_and_score": t_collect, "total": timer()}
+  common.write_json(f"{out}/results.json", res)
+  return res
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--quick", action="store_true")
+  ap.add_argument("--out", default=None)
+  ap.add_argument("--seed", type=int, default=0)
+  a = ap.parse_args(argv)
+  out = common.out_dir_for(STUDY, a.out)
+  res = run(out, a.quick, a.seed)
+  print(open(f"{out}/table.md").read())
+  print(f"runtime {res['runtime_s']} s -> {out}")
+
+
+if __name__ == "__main__":
+  main()
