@@ -264,9 +264,8 @@ def cell_copies(cfg, k: int) -> list[str]:
   return cfg["copies"] if k == 0 else [c for c in cfg["copies"] if c in cfg["stale_copies"]]
 
 
-def run(out: str, quick: bool = False, seed: int = 0) -> dict:
-  timer = common.Timer()
-  cfg = {"model": "SmolLM2-135M-Instruct (bundled GGUF, float32)",
+def make_config(quick: bool, seed: int) -> dict:
+  return {"model": "SmolLM2-135M-Instruct (bundled GGUF, float32)",
          "n_prompts": 2 if quick else 8, "G": 2 if quick else 4,
          "max_new_tokens": 4 if quick else 16, "temperature": 1.0,
          "copies": ["none", "w8a8+kv4"] if quick else ["none", "bf16", "int8", "w8a8", "w8a8+kv4"],
@@ -278,6 +277,11 @@ def run(out: str, quick: bool = False, seed: int = 0) -> dict:
          "gradient": "output embedding W (V x D), LM-head path only, JL-sketched",
          "estimators": {k: {"loss": v[0], "transform": v[1], "weight": v[2], "head": v[3]}
                         for k, v in ESTIMATORS.items()}}
+
+
+def run(out: str, quick: bool = False, seed: int = 0) -> dict:
+  timer = common.Timer()
+  cfg = make_config(quick, seed)
   cells_dir, cache = f"{out}/cells", f"{out}/cache"
   os.makedirs(cells_dir, exist_ok=True)
   os.makedirs(cache, exist_ok=True)
@@ -436,11 +440,25 @@ def main(argv=None):
   ap.add_argument("--quick", action="store_true")
   ap.add_argument("--out", default=None)
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--collect", action="store_true",
+                  help="write results.json from the finished cells only, then redraw")
   ap.add_argument("--replot", action="store_true",
                   help="only redraw the figures and the table from results.json")
   a = ap.parse_args(argv)
   out = common.out_dir_for(STUDY, a.out)
-  if a.replot:
+  if a.collect:  # whatever cells finished (an interrupted run), without computing more
+    cfg = make_config(a.quick, a.seed)
+    cells, missing = [], []
+    for k in cfg["staleness"]:
+      for c in cell_copies(cfg, k):
+        path = f"{out}/cells/{c}_k{k}.json"
+        (cells.append(json.load(open(path))) if os.path.exists(path) else missing.append(f"{c}_k{k}"))
+    common.write_json(f"{out}/results.json", {"study": STUDY, "config": cfg, "cells": cells,
+                                              "missing_cells": missing,
+                                              "figures": ["drift.png", "cosine.png"],
+                                              "environment": common.environment(),
+                                              "runtime_s": sum(c["runtime_s"] for c in cells)})
+  if a.replot or a.collect:
     res = json.load(open(f"{out}/results.json"))
     figures(res["cells"], res["config"], out)
     with open(f"{out}/table.md", "w") as f:
