@@ -172,8 +172,10 @@ def per_prompt_sketches(ro, h_p, w_logits, q_logits, cfg, sk, names, drift: bool
     sl = slice(i * g, (i + 1) * g)
     h = h_p[sl].reshape(g * n, -1)
     logits = w_logits(h_p[sl]).reshape(g * n, -1)
-    logq = jax.nn.log_softmax(q_logits(sl).reshape(g * n, -1))
     m = jnp.asarray(ro["rmask"][sl].reshape(-1))
+    # after a row's stop token the recorded q is -inf (padding): use p there (masked anyway)
+    logq = jnp.where(m[:, None] > 0, jax.nn.log_softmax(q_logits(sl).reshape(g * n, -1)),
+                     jax.nn.log_softmax(logits))
     for k in names:
       if drift:
         s, en = _drift_chunk(k, jax.nn.log_softmax(logits), logq, m, h, sk)
@@ -343,6 +345,7 @@ def run(out: str, quick: bool = False, seed: int = 0) -> dict:
       lp = jax.nn.log_softmax(p_logits(h_p))
       lq = jax.nn.log_softmax(q_logits(slice(None)))
       m = jnp.asarray(ro["rmask"])
+      lq = jnp.where(m[..., None] > 0, lq, lp)
       kl = float(jnp.sum(jnp.sum(jnp.exp(lq) * (lq - lp), -1) * m) / jnp.sum(m))
       lp_tok = np.asarray(jnp.take_along_axis(lp, jnp.asarray(ro["tokens"])[..., None], -1)[..., 0])
       n_tok = float(ro["rmask"].sum())
