@@ -43,7 +43,8 @@ def _cfg(tmp_path, **over):
   cfg = cort_grpo.get_config("tiny")
   cfg.data.data_dir = str(tmp_path / "tfds")
   cfg.checkpoint.every, cfg.train.steps = 1, 2
-  cfg.rollout.num_generations, cfg.data.batch_size = 4, 8
+  cfg.rollout.num_generations, cfg.data.batch_size = 4, 8  # 8 rows: one per fake device
+  cfg.train.inner_epochs, cfg.train.num_minibatches = 1, 1
   for k, v in over.items():
     node = cfg
     *path, leaf = k.split(".")
