@@ -52,11 +52,15 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.data = mlc.ConfigDict(dict(
       dataset="rubric", data_dir="", num_train=512, num_heldout=64, min_criteria=1,
       max_criteria=3, batch_size=512, max_prompt_len=160, max_replay_prompt_len=64, system="",
-      instruction_ids=()))  # () = every registered IFEval criterion
+      instruction_ids=(),  # () = every registered IFEval criterion
+      path="", heldout_path=""))  # dataset "jsonl": your prompts files (rljax/data/prompts.py)
   c.rollout = mlc.ConfigDict(dict(
       num_generations=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
       record_topk=0, copy="none", sync_every=1))
-  c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0))
+  # reward: a registered name or "module:fn", its options, or weighted terms
+  # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
+  c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0, options={},
+                                 terms=()))
   # CoRT ramp_steps: an int K, or a float in (0, 1] = that fraction of train.steps (so the
   # ramp finishes within the run). replay_policy: old (π_old) | ref (frozen initial
   # params); replay_mode: all (x⁻ = no criteria) | per_criterion (x⁺ minus criterion j).
@@ -80,7 +84,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # async_save: orbax writes in the background; the next save and the exit wait for it
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict",
                                      async_save=True))
-  c.eval = mlc.ConfigDict(dict(every=0, num_prompts=16))
+  # held-out eval every `every` steps (and at the end); samples.jsonl gets num_samples of it
+  # eval.path: an IFEval-format JSONL (e.g. IFBench_test.jsonl) instead of the held-out split
+  c.eval = mlc.ConfigDict(dict(every=4, num_prompts=16, num_samples=4, path=""))
   c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))
   if a.cpu:
     apply_cpu(c)

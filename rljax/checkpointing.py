@@ -12,6 +12,7 @@ one to be committed. `directory` may be a bucket path (`gs://...`).
 from __future__ import annotations
 
 import os
+import warnings
 
 from etils import epath
 from typing import Any
@@ -50,6 +51,8 @@ class RunCheckpointer:
     args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
     self.last.save(step, args=args, force=True)  # waits for the previous save first
     if self.best is not None and eval_metrics and self.best_metric in eval_metrics:
+      if step in self.best.all_steps():  # from a timeline abandoned at a corrupt checkpoint
+        self.best.delete(step)
       self.best.save(step, args=args, metrics={k: float(v) for k, v in eval_metrics.items()},
                      force=True)
 
@@ -60,13 +63,40 @@ class RunCheckpointer:
       self.best.wait_until_finished()
 
   def restore(self, abstract_state: Any, step: int | None = None):
-    """(state, meta) of `step` (default: latest), read into `abstract_state`'s shardings."""
-    step = self.last.latest_step() if step is None else step
+    """(state, meta) of `step`, read into `abstract_state`'s shardings.
+
+    Without a step: the newest readable one. A step that fails to read (a corrupt or
+    half-written checkpoint) is moved aside to `checkpoints/corrupt-<step>` with a warning
+    and the next older kept step is tried.
+    """
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           abstract_state)
-    out = self.last.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
-    return out.state, out.meta
+    args = lambda: ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                      meta=ocp.args.JsonRestore())
+    if step is not None:
+      out = self.last.restore(step, args=args())
+      return out.state, out.meta
+    for s in sorted(self.last.all_steps(), reverse=True):
+      try:
+        out = self.last.restore(s, args=args())
+        return out.state, out.meta
+      except Exception as e:  # noqa: BLE001 - orbax raises many kinds for bad bytes
+        self._quarantine(s, e)
+    raise FileNotFoundError(f"{self.last.directory}: no readable checkpoint")
+
+  def _quarantine(self, step: int, error: Exception) -> None:
+    src = os.path.join(str(self.last.directory), str(step))
+    dst = os.path.join(os.path.dirname(str(self.last.directory)), f"corrupt-{step}")
+    warnings.warn(f"checkpoint {src} is unreadable ({type(error).__name__}: "
+                  f"{str(error)[:200]}); moved to {dst}, trying the previous step")
+    if jax.process_index() == 0:  # local paths and gs:// alike
+      if epath.Path(dst).exists():
+        epath.Path(dst).rmtree()
+      epath.Path(src).rename(dst)
+    from jax.experimental import multihost_utils
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"quarantine checkpoint {step}")
+    self.last.reload()
 
   def close(self) -> None:
     self.wait()

@@ -18,7 +18,7 @@ from rljax.objectives import validate as validate_objective
 from rljax.replay import REPLAY_MODES, REPLAY_POLICIES
 from rljax.rollout import RolloutCopy, SamplerConfig
 
-DATASETS = ("rubric",)
+DATASETS = ("rubric", "jsonl", "math")
 
 
 class ConfigError(ValueError):
@@ -113,11 +113,17 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"need 1 <= min_criteria <= max_criteria, got {d.min_criteria}, {d.max_criteria}")
   # reward
   _need(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
-  if cfg.reward.name not in registry.names("reward"):
-    import rljax.rewards  # noqa: F401  (registers the built-in rewards)
-  _need(cfg.reward.name in registry.names("reward"), "reward.name",
-        f"unknown reward {cfg.reward.name!r}; valid: {', '.join(registry.names('reward'))}")
   _need(cfg.reward.mode in ("strict", "loose"), "reward.mode", "valid: strict, loose")
+  if d.dataset == "jsonl":
+    _need(bool(d.get("path", "")), "data.path", "data.dataset='jsonl' needs a prompts file")
+    _need(os.path.exists(d.path), "data.path", f"{d.path}: no such file")
+  try:
+    from rljax.rewards.from_config import build_reward
+    build_reward(cfg.reward)  # names (registered or module:fn) and options
+  except ValueError as e:
+    import rljax.rewards  # noqa: F401
+    raise ConfigError(f"config.reward: {e}; registered rewards: "
+                      f"{', '.join(registry.names('reward'))}") from e
   # sampler
   try:
     sampler_config(cfg)

@@ -3,7 +3,6 @@
 curves, one line per run, to PNG."""
 from __future__ import annotations
 
-import argparse
 import io
 import os
 
@@ -54,10 +53,12 @@ def plot_runs(run_dirs, out_dir: str) -> list[str]:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__)
+  from rljax import cli
+  ap = cli.parser("python -m rljax.plot", __doc__)
   ap.add_argument("runs", nargs="+", help="run directories (each with metrics.jsonl)")
   ap.add_argument("--out", default=None, help="output directory (default: first run's plots/)")
   a = ap.parse_args(argv)
+  cli.set_verbosity(a.verbosity)
   for d in a.runs:
     if not os.path.exists(os.path.join(d, "metrics.jsonl")):
       ap.error(f"{d}: no metrics.jsonl (not a run directory)")

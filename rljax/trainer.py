@@ -30,6 +30,7 @@ from rljax.objectives import build_objective, informative_groups, overlong_penal
 from rljax.rollout import SamplerSync, generate
 from rljax.train_step import StepConfig, init_state, jit_train_step, make_optimizer
 from rljax.update import jit_update_batch
+from rljax.workdir import check_compatible, finished_metrics, latest_saved_step
 
 
 class TrainingAborted(RuntimeError):
@@ -77,6 +78,11 @@ class Trainer:
     for w in validate_config(cfg, jax.device_count()):
       warnings.warn(w)
     paths.check_writable(self.workdir)
+    check_compatible(cfg, self.workdir)  # before anything in the workdir is overwritten
+    self._finished = finished_metrics(self.workdir, cfg.train.steps,
+                                      latest_saved_step(self.workdir))
+    if self._finished is not None:  # a finished run: nothing to build, its results are kept
+      return
     self.mesh = shd.make_mesh(tuple(cfg.mesh.shape))
     dist.check_batch(cfg.data.batch_size, self.mesh)  # before anything compiles
     if dist.is_writer():  # one writer; the others meet it at the barrier below
@@ -121,27 +127,26 @@ class Trainer:
     self.sampler_cfg = sampler_config(self.cfg, stop_ids=(eos,), pad_id=self.pad_id)
 
   def _build_data(self):
-    from rljax.data import (GroupBatcher, ShardedIterator, build_rubric, data_source,
-                            decode_record)
+    from rljax.data import GroupBatcher, ShardedIterator
+    from rljax.data.run_data import eval_file_examples, sources
+    from rljax.rewards.from_config import build_reward
     d = self.cfg.data
     # array_record data needs a local disk: a bucket workdir keeps it in a local cache
     data_dir = d.data_dir or (paths.local_cache_dir("tfds") if paths.is_remote(self.workdir)
                               else os.path.join(self.workdir, "tfds"))
-    builder = dist.writer_first("data", lambda: build_rubric(
-        data_dir, seed=self.cfg.seed, num_train=d.num_train, num_heldout=d.num_heldout,
-        min_criteria=d.min_criteria, max_criteria=d.max_criteria,
-        instruction_ids=tuple(d.instruction_ids) or None))
+    train, held, self.decode = dist.writer_first(
+        "data", lambda: sources(d, self.cfg.seed, data_dir))
     # the global stream of record indices (the same on every process, and the same as on
     # one process); each process decodes only the prompts its devices hold (`_rollout`)
-    self.train_source = data_source(builder, "train")
-    self.decode = decode_record
-    it = ShardedIterator(range(len(self.train_source)), seed=self.cfg.seed)
+    self.train_source = train
+    it = ShardedIterator(range(len(train)), seed=self.cfg.seed)
     self.batches = GroupBatcher(it, d.batch_size, self.cfg.rollout.num_generations)
-    held = data_source(builder, "heldout")
-    self.eval_examples = [decode_record(held[i])
-                          for i in range(min(self.cfg.eval.num_prompts, len(held)))]
-    from rljax.rewards import get_reward
-    self.reward_fn = get_reward(self.cfg.reward.name, mode=self.cfg.reward.mode)
+    if self.cfg.eval.get("path", ""):
+      self.eval_examples = eval_file_examples(self.cfg.eval.path, self.cfg.eval.num_prompts)
+    else:
+      n = 0 if held is None else min(self.cfg.eval.num_prompts, len(held))
+      self.eval_examples = [self.decode(held[i]) for i in range(n)]
+    self.reward_fn = build_reward(self.cfg.reward)
 
   def _build_objective_and_steps(self):
     cfg, t = self.cfg, self.cfg.train
@@ -343,8 +348,8 @@ class Trainer:
           f"The last good state is saved in {self.workdir}/checkpoints")
 
   # ------------------------------------------------------------------------- eval / ckpt
-  def evaluate(self) -> dict:
-    from rljax.rewards.evaluation import evaluate
+  def evaluate(self, step: int | None = None) -> dict:
+    from rljax.rewards.evaluation import heldout_metrics, sample_rows
     if not self.eval_examples:
       return {}
     (ids, mask), _ = self._tokenize(self.eval_examples)
@@ -355,7 +360,10 @@ class Trainer:
     texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(r.tokens_BxN,
                                                                       r.mask_BxN)],
                                         skip_special_tokens=True)
-    out = evaluate(self.eval_examples, texts)
+    out = heldout_metrics(self.eval_examples, texts, self.reward_fn)
+    if step is not None and self.cfg.eval.get("num_samples", 4):
+      self.log.samples(step, sample_rows(self.eval_examples, texts, self.reward_fn,
+                                         self.cfg.eval.get("num_samples", 4)))
     return {f"eval/{k}": v for k, v in out.items() if isinstance(v, (int, float))}
 
   def _meta(self, step: int, metrics: dict) -> dict:
@@ -378,8 +386,7 @@ class Trainer:
     self.ckpt.save(step, tree, self._meta(step, metrics), eval_metrics)
 
   def _restore(self) -> int:
-    latest = self.ckpt.latest_step()
-    if latest is None:
+    if self.ckpt.latest_step() is None:
       return 0
     held = None
     if self.sync.every > 1:  # the snapshot's structure: a fresh copy of the trainer
@@ -387,7 +394,8 @@ class Trainer:
       held = make_sampler_params(nnx.merge(self.graphdef, self.state.params), self.sync.copy,
                                  force_copy=True)
     tree, meta = self.ckpt.restore(self._ckpt_tree(self.state, None if held is None
-                                                   else held[1]), latest)
+                                                   else held[1]))  # newest readable step
+    latest = int(meta["step"])
     self.state = tree["train"]
     self.batches.set_state(meta["data"])
     self.sync.load_state_dict(meta["sampler_sync"])
@@ -401,7 +409,12 @@ class Trainer:
   # ------------------------------------------------------------------------- loop
   def run(self) -> dict:
     cfg = self.cfg
+    if self._finished is not None:  # a rerun of a finished run is a no-op
+      print(f"{self.workdir}: already finished (train.steps={cfg.train.steps}); results kept. "
+            "Raise --config.train.steps to continue, or use a new --workdir.", flush=True)
+      return self._finished
     start = self._restore()
+    self.log.truncate_after(start)  # steps after the checkpoint are rewritten, not doubled
     prev = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "_stop", True))
     key = jax.random.key(cfg.seed)
     metrics: dict = {}
@@ -422,12 +435,14 @@ class Trainer:
         ev = None
         if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.train.steps:
           t3 = time.time()
-          ev = self.evaluate()
+          ev = self.evaluate(step=done)
           metrics.update(ev, **{"time/eval": time.time() - t3})
         if self._stop or done == cfg.train.steps or (
             cfg.checkpoint.every and done % cfg.checkpoint.every == 0):
           self._save(done, metrics, ev)
         metrics["time/step"] = time.time() - t0
+        metrics["throughput/tokens_per_s"] = float(batch["attn_mask_BxL"].sum()) / max(
+            metrics["time/step"], 1e-9)
         self.log.write(done, metrics)
         self.log.console(done, metrics)
         if self._stop:

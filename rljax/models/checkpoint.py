@@ -15,7 +15,6 @@ import glob
 import json
 import os
 import re
-import struct
 from typing import Callable, Mapping
 
 import jax
@@ -23,9 +22,11 @@ import ml_dtypes
 import numpy as np
 
 from rljax.models.config import ModelConfig, config_from_hf_dict, config_to_hf_dict, load_hf_config
+from rljax.models.files import BadModelFile, open_gguf, read_json, safetensors_header
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "F64": np.float64, "I64": np.int64, "I32": np.int32}
+_ST_SIZES = {k: np.dtype(v).itemsize for k, v in _ST_DTYPES.items()}
 
 # rljax layer param -> (HF key template, to_rljax(w, cfg), to_hf(w, cfg)).
 _T = lambda w, c: w.T
@@ -109,8 +110,9 @@ class SafetensorsSource:
     self.path = path
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-      with open(index) as f:
-        weight_map = json.load(f)["weight_map"]
+      weight_map = read_json(index).get("weight_map")
+      if not isinstance(weight_map, dict):
+        raise BadModelFile(f"{index}: no 'weight_map' object")
       files = sorted(set(weight_map.values()))
       for fn in files:
         if not os.path.exists(os.path.join(path, fn)):
@@ -123,12 +125,9 @@ class SafetensorsSource:
     self._where: dict[str, tuple[str, dict, int]] = {}
     for fn in files:
       full = os.path.join(path, fn)
-      with open(full, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-      header.pop("__metadata__", None)
+      header, offset = safetensors_header(full, _ST_SIZES)
       for name, info in header.items():
-        self._where[name] = (full, info, 8 + n)
+        self._where[name] = (full, info, offset)
 
   def has(self, key: str) -> bool:
     return key in self._where
@@ -160,9 +159,8 @@ class GGUFSource:
   """Dequantized tensors of a GGUF file, addressed by HF key."""
 
   def __init__(self, path: str, cfg: ModelConfig):
-    import gguf
     self.path, self.cfg = path, cfg
-    self._reader = gguf.GGUFReader(path)
+    self._reader = open_gguf(path)
     self._tensors = {t.name: t for t in self._reader.tensors}
 
   def _gguf_name(self, key: str) -> str:
@@ -204,10 +202,7 @@ class GGUFSource:
 
 def gguf_config(path: str, **overrides) -> ModelConfig:
   """ModelConfig from GGUF metadata (llama / qwen2 / qwen3 architectures)."""
-  import gguf
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path}: no such GGUF file")
-  r = gguf.GGUFReader(path)
+  r = open_gguf(path)
   meta = {k: f.contents() for k, f in r.fields.items()
           if k not in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")}
   arch = meta.get("general.architecture")

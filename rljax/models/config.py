@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Mapping
 
@@ -128,8 +127,8 @@ def load_hf_config(path: str, **overrides) -> ModelConfig:
   fname = os.path.join(path, "config.json")
   if not os.path.exists(fname):
     raise FileNotFoundError(f"{fname}: no config.json in checkpoint directory {path}")
-  with open(fname) as f:
-    return config_from_hf_dict(json.load(f), where=fname, **overrides)
+  from rljax.models.files import read_json
+  return config_from_hf_dict(read_json(fname), where=fname, **overrides)
 
 
 def config_to_hf_dict(cfg: ModelConfig) -> dict[str, Any]:

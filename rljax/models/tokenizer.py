@@ -31,11 +31,11 @@ def _byte_alphabet() -> dict[int, str]:
 
 def gguf_tokenizer(path: str):
   """A `transformers.PreTrainedTokenizerFast` built from GGUF metadata (byte-level BPE)."""
-  import gguf
   from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
   from transformers import PreTrainedTokenizerFast
 
-  r = gguf.GGUFReader(path)
+  from rljax.models.files import open_gguf
+  r = open_gguf(path)
   f = r.fields
 
   def val(key, default=None):

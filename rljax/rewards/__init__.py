@@ -1,6 +1,7 @@
 """Verifiers and rewards on decoded text (no JAX, no model, fully offline).
 
-Verifiers (kind "verifier", one per IFEval instruction id; all 25 IFEval types):
+Verifiers (kind "verifier", one per instruction id; all 25 IFEval types and all 58
+IFBench types, ifbench_words.py / ifbench_format.py):
 
     v = get_verifier("length_constraints:number_words")
     v.check(response, {"num_words": 100, "relation": "at least"}, mode="strict") -> bool
@@ -38,13 +39,22 @@ the tests as an independent oracle instead. Runtime needs: numpy, and
 `langdetect` for the three language checks (imported lazily, runs offline).
 """
 from rljax.rewards import ifeval_content, ifeval_format  # noqa: F401  (registers verifiers)
+from rljax.rewards import ifbench_format, ifbench_words  # noqa: F401  (IFBench's 58 types)
 from rljax.rewards import math_reward  # noqa: F401  (registers math_accuracy)
-from rljax.rewards.evaluation import evaluate, evaluate_jsonl
 from rljax.rewards.jsonl import ReadReport, RecordError, read_ifeval_jsonl
 from rljax.rewards.math_reward import answers_match, countdown_correct, extract_answer
 from rljax.rewards.reward_fn import Reward, get_reward, register_reward, reward_names
 from rljax.rewards.verifier import (MODES, Arg, Verifier, check_all, get_verifier,
                                     register_verifier, validate_instructions, verifier_ids)
+
+
+
+def __getattr__(name):
+  if name in ("evaluate", "evaluate_jsonl"):  # lazy: `python -m rljax.rewards.evaluation`
+    from rljax.rewards import evaluation
+    return getattr(evaluation, name)
+  raise AttributeError(f"module 'rljax.rewards' has no attribute {name!r}")
+
 
 __all__ = [
     "Arg", "MODES", "ReadReport", "RecordError", "Reward", "Verifier", "answers_match",

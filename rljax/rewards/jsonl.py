@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from rljax.rewards import verifier
 
 REASONS = ("malformed_json", "not_an_object", "missing_field", "unknown_instruction",
-           "bad_kwargs")
+           "bad_kwargs", "not_utf8")
 
 
 class RecordError(ValueError):
@@ -85,10 +85,21 @@ def parse_record(obj: Any, where: str, *, require_response: bool = False) -> dic
   return out
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
-      yield lineno, line
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str | RecordError]]:
+  """(line number, text) per line; a line that is not UTF-8 yields a RecordError instead."""
+  with open(path, "rb") as f:
+    for lineno, raw in enumerate(f, start=1):
+      try:
+        yield lineno, raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        yield lineno, RecordError(f"{path}:{lineno}: not UTF-8 text (byte {e.start} of the "
+                                  f"line: {raw[max(e.start - 8, 0):e.start + 8]!r})", "not_utf8")
+
+
+def _text(line: str | RecordError) -> str:
+  if isinstance(line, RecordError):
+    raise line
+  return line
 
 
 def read_ifeval_jsonl(path: str | os.PathLike, *, on_invalid: str = "raise",
@@ -102,13 +113,13 @@ def read_ifeval_jsonl(path: str | os.PathLike, *, on_invalid: str = "raise",
   records = []
   for lineno, line in iter_lines(path):
     report.lines += 1
-    if not line.strip():
+    if isinstance(line, str) and not line.strip():
       report.blank_lines += 1
       continue
     where = f"{path}:{lineno}"
     try:
       try:
-        obj = json.loads(line)
+        obj = json.loads(_text(line))
       except json.JSONDecodeError as e:
         raise RecordError(f"{where}: malformed JSON: {e.msg} (column {e.colno})",
                           "malformed_json") from e
@@ -127,6 +138,9 @@ def read_ifeval_jsonl(path: str | os.PathLike, *, on_invalid: str = "raise",
   report.skipped = dict(skipped)
   if report.num_skipped:
     logging.warning("%s", report.summary())
+  if not records:
+    raise ValueError(f"{path}: no records ({report.lines} lines, {report.blank_lines} blank, "
+                     f"{report.num_skipped} skipped {dict(skipped)})")
   return records, report
 
 
@@ -134,11 +148,11 @@ def read_responses_jsonl(path: str | os.PathLike) -> dict[str, str]:
   """IFEval's response file format: lines {"prompt": ..., "response": ...} -> {prompt: response}."""
   out = {}
   for lineno, line in iter_lines(path):
-    if not line.strip():
+    if isinstance(line, str) and not line.strip():
       continue
     where = f"{path}:{lineno}"
     try:
-      obj = json.loads(line)
+      obj = json.loads(_text(line))
     except json.JSONDecodeError as e:
       raise RecordError(f"{where}: malformed JSON: {e.msg} (column {e.colno})",
                         "malformed_json") from e
@@ -149,4 +163,6 @@ def read_responses_jsonl(path: str | os.PathLike) -> dict[str, str]:
       raise RecordError(f"{where}: duplicate prompt (first 60 chars: "
                         f"{obj['prompt'][:60]!r})", "missing_field")
     out[obj["prompt"]] = obj["response"]
+  if not out:
+    raise ValueError(f"{path}: no responses (the file is empty)")
   return out

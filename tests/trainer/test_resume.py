@@ -1,4 +1,5 @@
 """SIGKILL mid-run then rerun = uninterrupted run; SIGTERM saves and exits cleanly."""
+import json
 import os
 import signal
 import subprocess
@@ -62,6 +63,12 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, sync_every):
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   assert f"resumed from {killed} at step {done[-1]}" in out.stdout
+  # console: one line per step with tokens/s and the skip count; no absl / orbax INFO lines
+  assert "tok/s" in out.stdout and "skipped 0" in out.stdout
+  assert "INFO" not in out.stderr, out.stderr[-2000:]
+  # metrics written after the last checkpoint and before the kill are not doubled
+  steps = [json.loads(line)["step"] for line in open(os.path.join(killed, "metrics.jsonl"))]
+  assert steps == list(range(1, STEPS + 1))
   a, b = _params(full, STEPS), _params(killed, STEPS)
   import jax
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):

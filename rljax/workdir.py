@@ -1,0 +1,144 @@
+"""Run directories that never lose results.
+
+- `check_compatible(cfg, workdir)`: a directory whose saved config.json differs in
+  anything that changes shapes, the objective or the data is refused before
+  anything is written (the message names the keys and offers a new directory).
+- `finished_metrics(workdir, steps)`: a finished run's final metrics (a rerun is a no-op).
+- `trim_metrics(path, step)`: drops records after the resumed step (no duplicates).
+- `read_jsonl_tolerant(path)`: JSON lines, skipping a truncated last line with a warning.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Any
+
+# Keys that may change between the runs of one workdir (budget, logging, placement).
+MAY_CHANGE = ("workdir", "train.steps", "checkpoint.", "eval.", "log.", "mesh.",
+              "data.data_dir", "reward.num_threads", "model.remat", "train.logprob_chunk",
+              "train.grad_accum")
+# Keys that define the run: shapes, objective, data. Anything not listed here or in
+# MAY_CHANGE (optimizer hyper-parameters, ...) may change too, with a warning.
+IDENTITY = ("seed", "model.", "data.", "objective.", "reward.", "rollout.num_generations",
+            "rollout.max_new_tokens", "rollout.record_topk", "rollout.copy",
+            "train.ref_model", "train.inner_epochs", "train.num_minibatches")
+
+
+class WorkdirError(ValueError):
+  """A workdir that holds a different run."""
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+  if isinstance(d, dict) and d:
+    out = {}
+    for k, v in d.items():
+      out.update(_flat(v, f"{prefix}{k}."))
+    return out
+  return {prefix[:-1]: d}
+
+
+def _matches(key: str, patterns) -> bool:
+  return any(key == p or (p.endswith(".") and key.startswith(p)) for p in patterns)
+
+
+def config_dict(cfg) -> dict:
+  """The config as saved in config.json (JSON types)."""
+  return json.loads(cfg.to_json_best_effort())
+
+
+def fresh_name(workdir: str) -> str:
+  """workdir_2, workdir_3, ...: the first that does not exist."""
+  i = 2
+  while os.path.exists(f"{workdir.rstrip('/')}_{i}"):
+    i += 1
+  return f"{workdir.rstrip('/')}_{i}"
+
+
+def check_compatible(cfg, workdir: str) -> list[str]:
+  """Raises WorkdirError if `workdir` holds another run; returns the keys that changed."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return []
+  try:
+    with open(path, encoding="utf-8") as f:
+      saved = _flat(json.load(f))
+  except (ValueError, UnicodeDecodeError) as e:
+    raise WorkdirError(f"{path}: unreadable saved config ({e}); use a new --workdir, e.g. "
+                       f"{fresh_name(workdir)}") from e
+  new = _flat(config_dict(cfg))
+  changed = sorted(k for k in set(saved) | set(new) if saved.get(k, "<absent>")
+                   != new.get(k, "<absent>") and not _matches(k, MAY_CHANGE))
+  identity = [k for k in changed if _matches(k, IDENTITY)]
+  if identity:
+    shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+                      for k in identity[:8])
+    more = f" (+{len(identity) - 8} more)" if len(identity) > 8 else ""
+    raise WorkdirError(
+        f"{workdir} holds a different run: its config.json differs in {len(identity)} key(s) "
+        f"that change shapes, the objective or the data: {shown}{more}. Nothing was "
+        f"changed. Use a new --workdir (e.g. {fresh_name(workdir)}) or the same config.")
+  if changed:
+    warnings.warn(f"{workdir}: resuming with changed settings {changed}")
+  return changed
+
+
+def latest_saved_step(workdir: str) -> int:
+  """The newest step directory under checkpoints/last (0 if none), without opening it."""
+  d = os.path.join(workdir, "checkpoints", "last")
+  steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
+  return max(steps, default=0)
+
+
+def finished_metrics(workdir: str, steps: int, resumed_step: int) -> dict | None:
+  """The saved final metrics when the run already reached `steps`, else None."""
+  path = os.path.join(workdir, "final_metrics.json")
+  if resumed_step < steps or not os.path.exists(path):
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      out = json.load(f)
+  except ValueError:
+    return None
+  return out if out else None
+
+
+def read_jsonl_tolerant(path: str) -> list[dict]:
+  """Records of a JSONL file; a line that does not parse (a run killed mid-write) is
+  skipped with a warning naming the file and line."""
+  from rljax import paths  # local files and gs:// alike
+  out = []
+  raw = paths.path(path).read_bytes().decode("utf-8", errors="replace")
+  for lineno, line in enumerate(raw.splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      rec = json.loads(line)
+    except ValueError:
+      warnings.warn(f"{path}:{lineno}: skipping an unreadable line (truncated write?)")
+      continue
+    if isinstance(rec, dict):
+      out.append(rec)
+  return out
+
+
+def trim_metrics(path: str, step: int) -> int:
+  """Keeps the records with step <= `step` (the last one per step); returns how many were
+  dropped. A resumed run rewrites the steps after its checkpoint, so they are not doubled."""
+  from rljax import paths
+  if not paths.exists(path):
+    return 0
+  recs = read_jsonl_tolerant(path)
+  by_step: dict[int, dict] = {}
+  for r in recs:
+    if isinstance(r.get("step"), int) and r["step"] <= step:
+      by_step[r["step"]] = r
+  dropped = len(recs) - len(by_step)
+  text = "".join(json.dumps(by_step[s]) + "\n" for s in sorted(by_step))
+  if paths.is_remote(path):
+    paths.write_text(path, text)
+  else:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+      f.write(text)
+    os.replace(path + ".tmp", path)
+  return dropped

@@ -1,0 +1,155 @@
+"""Your own data and rewards on :tiny, end to end; runs that never lose results; export.
+
+One JSONL run (2 steps: x+/x- from prompt_minus and from rendered criteria, a weighted
+sum of csr and a custom `module:fn` reward) is reused: a finished rerun is a no-op, a
+corrupt latest checkpoint falls back to the previous step, metrics stay deduplicated,
+a different config is refused before anything is written, and the run exports to a
+Hugging Face directory that transformers loads with the same logits.
+"""
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from configs import cort_grpo  # noqa: E402
+from rljax.metrics_log import read_metrics  # noqa: E402
+from rljax.trainer import Trainer  # noqa: E402
+from rljax.workdir import WorkdirError  # noqa: E402
+
+LOWER = {"instruction_id_list": ["change_case:english_lowercase"], "kwargs": [{}]}
+RECORDS = [
+    {"prompt": "Name a fruit.", **LOWER},  # criteria rendered: x+ = request + criterion
+    {"prompt": "Name a color. Answer in lowercase letters only.",
+     "prompt_minus": "Name a color.", **LOWER},
+    {"prompt": "Name an animal.", **LOWER},
+    {"prompt": "Name a city. Use only lowercase.", "prompt_minus": "Name a city.", **LOWER},
+]
+
+IFBENCH = [
+    {"key": 1, "prompt": "Say hi. The output should not contain any whitespace.",
+     "instruction_id_list": ["format:no_whitespace"], "kwargs": [{}]},
+    {"key": 2, "prompt": "Name a fruit. Include exactly 1 numbers in the response.",
+     "instruction_id_list": ["count:numbers"], "kwargs": [{"N": 1}]},
+]
+
+
+def _cfg(tmp_path, **over):
+  cfg = cort_grpo.get_config("tiny")
+  cfg.data.data_dir = str(tmp_path / "tfds")
+  cfg.checkpoint.every, cfg.train.steps = 1, 2
+  cfg.rollout.num_generations, cfg.data.batch_size = 4, 8  # 8 rows: one per fake device
+  cfg.train.inner_epochs, cfg.train.num_minibatches = 1, 1
+  for k, v in over.items():
+    node = cfg
+    *path, leaf = k.split(".")
+    for p in path:
+      node = node[p]
+    node[leaf] = v
+  return cfg
+
+
+@pytest.fixture(scope="module")
+def jsonl_run(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("jsonl")
+  data = tmp / "prompts.jsonl"
+  data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+  ifbench = tmp / "ifbench_style.jsonl"  # held-out eval on IFBench-format records
+  ifbench.write_text("".join(json.dumps(r) + "\n" for r in IFBENCH))
+  over = {"data.dataset": "jsonl", "data.path": str(data), "eval.path": str(ifbench),
+          "reward.terms": ({"name": "csr", "weight": 1.0},
+                           {"name": "examples.my_rewards:short",
+                            "weight": 0.5, "limit": 8})}
+  wd = str(tmp / "run")
+  final = Trainer(_cfg(tmp, **over), wd).run()
+  return tmp, wd, over, final
+
+
+def test_jsonl_dataset_and_weighted_custom_reward_train(jsonl_run):
+  _, wd, _, final = jsonl_run
+  recs = read_metrics(wd)
+  assert [r["step"] for r in recs] == [1, 2]
+  for key in ("reward/mean", "reward/csr", "eval/prompt_level_strict", "eval/reward_mean",
+              "eval/ifbench_prompt_level_strict", "eval/ifbench_instruction_level_strict"):
+    assert key in final, key
+  assert final["reward/mean"] == pytest.approx(recs[-1]["reward/mean"])
+  samples = [json.loads(line) for line in open(os.path.join(wd, "samples.jsonl"))]
+  assert samples and all(s["step"] == 2 and "response" in s for s in samples)
+  # reward = csr + 0.5 * short: each sample's reward is one of {0, .5, 1, 1.5}
+  assert all(s["reward"] in (0.0, 0.5, 1.0, 1.5) for s in samples)
+
+
+def test_rerun_of_finished_run_is_a_noop(jsonl_run, capsys):
+  tmp, wd, over, final = jsonl_run
+  before = {f: open(os.path.join(wd, f)).read() for f in ("final_metrics.json", "metrics.jsonl")}
+  again = Trainer(_cfg(tmp, **over), wd).run()
+  assert "already finished" in capsys.readouterr().out
+  assert again == final
+  assert {f: open(os.path.join(wd, f)).read() for f in before} == before
+
+
+def test_different_config_refused_before_anything_is_written(jsonl_run):
+  tmp, wd, over, _ = jsonl_run
+  saved = open(os.path.join(wd, "config.json")).read()
+  with pytest.raises(WorkdirError, match=r"objective\.loss.*rollout\.max_new_tokens.*"
+                     r"Use a new --workdir \(e\.g\. .*run_2\)"):
+    Trainer(_cfg(tmp, **over, **{"objective.loss": "dapo", "rollout.max_new_tokens": 5}), wd)
+  assert open(os.path.join(wd, "config.json")).read() == saved
+
+
+def test_export_round_trip_through_transformers(jsonl_run):
+  torch = pytest.importorskip("torch")
+  import transformers
+  from rljax.export import export_run
+  from rljax.models import load_model
+  tmp, wd, _, _ = jsonl_run
+  out = export_run(wd, str(tmp / "hf"))
+  for f in ("model.safetensors", "config.json", "tokenizer.json"):
+    assert os.path.exists(os.path.join(out, f)), f
+  tok = transformers.AutoTokenizer.from_pretrained(out)
+  hf = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+  ids = tok(["name a fruit"], return_tensors="pt")["input_ids"]
+  with torch.no_grad():
+    ref = hf(ids).logits.numpy()
+  ours = load_model(out)
+  import jax.numpy as jnp
+  from rljax.models import positions_from_mask
+  x, m = jnp.asarray(ids.numpy()), jnp.ones(ids.shape, jnp.int32)
+  hidden, _ = ours(x, positions_from_mask(m), m)
+  logits = np.asarray(hidden @ ours.unembed_DxV())
+  assert np.abs(logits - ref).max() < 1e-3
+  # the exported weights are the trained ones (step 2), not the initial random ones
+  from rljax.export import run_config, template_model
+  init, _ = template_model(run_config(wd))
+  assert json.load(open(os.path.join(out, "rljax_export.json")))["step"] == 2
+  assert not np.allclose(np.asarray(init.unembed_DxV()), np.asarray(ours.unembed_DxV()))
+
+
+def test_corrupt_latest_checkpoint_falls_back_and_metrics_stay_unique(jsonl_run):
+  tmp, wd, over, _ = jsonl_run
+  step2 = os.path.join(wd, "checkpoints", "last", "2")
+  for root, _, files in os.walk(os.path.join(step2, "state")):
+    for f in files:
+      with open(os.path.join(root, f), "r+b") as fh:
+        fh.write(b"\0garbage\0" * 4)
+  os.remove(os.path.join(wd, "final_metrics.json"))
+  with pytest.warns(UserWarning, match="unreadable.*corrupt-2"):
+    final = Trainer(_cfg(tmp, **over), wd).run()
+  assert os.path.isdir(os.path.join(wd, "checkpoints", "corrupt-2"))
+  steps = [json.loads(line)["step"] for line in open(os.path.join(wd, "metrics.jsonl"))]
+  assert steps == [1, 2]
+  assert "reward/mean" in final
+
+
+def test_math_dataset_trains_with_math_accuracy(tmp_path):
+  cfg = _cfg(tmp_path, **{"data.dataset": "math", "reward.name": "math_accuracy",
+                          "train.steps": 1, "eval.num_prompts": 2, "objective.transforms": (),
+                          "objective.transform_kwargs": {}, "data.max_replay_prompt_len": 160})
+  final = Trainer(cfg, str(tmp_path / "math")).run()
+  assert "reward/mean" in final and "eval/reward_mean" in final
+  assert "eval/prompt_level_strict" not in final  # no IF criteria in math tasks
