@@ -24,18 +24,38 @@ _NEG = -1e30
 
 
 class KVCache(NamedTuple):
-  """Static-shape cache. `valid_BxS` marks slots holding real (non-pad) keys."""
+  """Static-shape cache. `valid_BxS` marks slots holding real (non-pad) keys.
+
+  A quantized cache (`init_cache(..., kv_bits=8|4)`) stores keys and values as integers
+  (int8; int4 packed two per byte, so the last axis is E/2) with one float32 scale per
+  token and head in `k_scale_LxBxSxK` / `v_scale_LxBxSxK`; the model's `numerics` hook
+  (`kv_store` / `kv_load`) converts, with the same arithmetic as its fake-quantized `kv`.
+  """
   k_LxBxSxKxE: jax.Array
   v_LxBxSxKxE: jax.Array
   valid_BxS: jax.Array
   index: jax.Array  # int32 scalar: next slot to write (same for every row)
+  k_scale_LxBxSxK: jax.Array | None = None
+  v_scale_LxBxSxK: jax.Array | None = None
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
-  dtype = dtype or cfg.jnp_dtype
-  shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-  return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype),
-                 jnp.zeros((batch, max_len), bool), jnp.zeros((), jnp.int32))
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None,
+               kv_bits: int = 0) -> KVCache:
+  """Empty cache; kv_bits 8 / 4 stores integers (needs a model whose numerics quantize KV)."""
+  if kv_bits not in (0, 4, 8):
+    raise ValueError(f"init_cache: kv_bits={kv_bits}; choose 0 (float), 8 or 4")
+  l, k, e = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+  valid, index = jnp.zeros((batch, max_len), bool), jnp.zeros((), jnp.int32)
+  if not kv_bits:
+    shape = (l, batch, max_len, k, e)
+    dtype = dtype or cfg.jnp_dtype
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), valid, index)
+  if kv_bits == 4 and e % 2:
+    raise ValueError(f"init_cache: int4 KV packs two values per byte; head_dim {e} is odd")
+  shape = (l, batch, max_len, k, e if kv_bits == 8 else e // 2)
+  scale = jnp.ones((l, batch, max_len, k), jnp.float32)
+  return KVCache(jnp.zeros(shape, jnp.int8), jnp.zeros(shape, jnp.int8), valid, index,
+                 scale, scale)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
@@ -183,7 +203,11 @@ class Decoder(nnx.Module):
     return jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembed_DxV().astype(hidden_BxTxD.dtype),
                       preferred_element_type=jnp.float32)
 
-  def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None):
+  def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None,
+               attend_len: int | None = None):
+    """Hidden states [B,T,D] and the updated cache (None without one). attend_len (static,
+    cache path): attention reads only the first attend_len cache slots, which must hold
+    every filled slot (index + T <= attend_len); the sampler grows it in buckets."""
     cfg = self.cfg
     x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
     inv_freq = jnp.asarray(rope_inv_freq(cfg))
@@ -207,30 +231,54 @@ class Decoder(nnx.Module):
       return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
 
     s = cache.valid_BxS.shape[1]
+    w = s if attend_len is None else min(int(attend_len), s)
+    if t > w:
+      raise ValueError(f"Decoder: {t} new tokens do not fit in attend_len={w} cache slots")
     idx = cache.index
     valid = jax.lax.dynamic_update_slice(cache.valid_BxS, mask_BxT, (0, idx))
     q_slot = idx + jnp.arange(t)
-    allowed = (jnp.arange(s)[None, :] <= q_slot[:, None])[None] & valid[:, None, :]
+    allowed = (jnp.arange(w)[None, :] <= q_slot[:, None])[None] & valid[:, None, :w]
+    quantized = cache.k_scale_LxBxSxK is not None
+    if quantized and not hasattr(self.numerics, "kv_store"):
+      raise ValueError("Decoder: an integer KV cache needs a `numerics` hook with "
+                       "kv_store / kv_load (rljax.rollout.QuantNumerics with kv_bits)")
+    zero = jnp.zeros((), jnp.int32)
+    window = lambda a: a if w == s else a[:, :, :w]
 
-    def layer(carry, p_i):
-      x, ck, cv = carry
-      p, i = p_i
+    def layer(x, xs):
+      # Reads this layer's cache (first w slots), writes the new slots into a local copy
+      # for attention, and returns only the new entries: one cache write per call, after
+      # the scan, instead of a per-layer update of the whole stacked cache.
+      p, ck, cv, cks, cvs = xs
 
       def kv_fn(k, v):
-        # Write only the new slots into the whole cache (in place), then read layer i.
-        zero = jnp.zeros((), jnp.int32)
-        at = (i, zero, idx, zero, zero)
-        nk = jax.lax.dynamic_update_slice(ck, kvq(k).astype(ck.dtype)[None], at)
-        nv = jax.lax.dynamic_update_slice(cv, kvq(v).astype(cv.dtype)[None], at)
-        return nk[i].astype(k.dtype), nv[i].astype(v.dtype), allowed, (nk, nv)
+        if quantized:
+          (kq, ks), (vq, vs) = self.numerics.kv_store(k), self.numerics.kv_store(v)
+          upd = lambda c, n: jax.lax.dynamic_update_slice(c, n, (zero, idx) + (zero,) * (c.ndim - 2))
+          keys = self.numerics.kv_load(upd(ck, kq), upd(cks, ks), k.dtype)
+          values = self.numerics.kv_load(upd(cv, vq), upd(cvs, vs), v.dtype)
+          return keys, values, allowed, (kq, vq, ks, vs)
+        kq, vq = kvq(k).astype(ck.dtype), kvq(v).astype(cv.dtype)
+        at = (zero, idx, zero, zero)
+        keys = jax.lax.dynamic_update_slice(ck, kq, at).astype(k.dtype)
+        values = jax.lax.dynamic_update_slice(cv, vq, at).astype(v.dtype)
+        return keys, values, allowed, (kq, vq)
 
-      x, (ck, cv) = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot)
-      return (x, ck, cv), None
+      return _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot)
 
-    (x, ck, cv), _ = jax.lax.scan(
-        layer, (x, cache.k_LxBxSxKxE, cache.v_LxBxSxKxE),
-        (params, jnp.arange(cfg.num_layers)), unroll=self.scan_unroll)
-    new_cache = KVCache(ck, cv, valid, idx + t)
+    scales = ((window(cache.k_scale_LxBxSxK), window(cache.v_scale_LxBxSxK)) if quantized
+              else (jnp.zeros((cfg.num_layers,)), jnp.zeros((cfg.num_layers,))))
+    x, new = jax.lax.scan(layer, x, (params, window(cache.k_LxBxSxKxE),
+                                     window(cache.v_LxBxSxKxE)) + scales,
+                          unroll=self.scan_unroll)
+    put = lambda c, n: jax.lax.dynamic_update_slice(c, n, (zero, zero, idx) + (zero,) * (c.ndim - 3))
+    if quantized:
+      kq, vq, ks, vs = new
+      new_cache = KVCache(put(cache.k_LxBxSxKxE, kq), put(cache.v_LxBxSxKxE, vq), valid,
+                          idx + t, put(cache.k_scale_LxBxSxK, ks), put(cache.v_scale_LxBxSxK, vs))
+    else:
+      kq, vq = new
+      new_cache = KVCache(put(cache.k_LxBxSxKxE, kq), put(cache.v_LxBxSxKxE, vq), valid, idx + t)
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
 
 

@@ -15,12 +15,16 @@ class SamplerConfig:
   max_new_tokens   N, the response length (shorter where a stop token comes first).
   temperature      0 is greedy (explicit: logq = 0 for the chosen token); > 0 samples.
   top_k, top_p     truncation (0 / 1.0: off), exactly as `rljax.logprobs.sampling_logits`.
-  num_generations  G samples per prompt: each prompt row is repeated G times inside.
+  num_generations  G samples per prompt: each prompt is prefilled once and its KV cache
+                   copied to its G rows.
   stop_token_ids   None: the model's eos ids; () never stops early.
   record_topk      0 off; k > 0 records the top-k head of the sampling distribution per
                    position; -1 or "full" records the whole vocabulary (small V only).
   cache_length     KV cache slots; None: prompt length + max_new_tokens - 1 (the minimum).
   pad_token_id     written after a response's stop token.
+  top_p_prefix     top-p without top-k first looks for the nucleus among this many top
+                   candidates (`lax.top_k`), falling back to a full-vocabulary sort for
+                   the step where the nucleus is wider; the distribution is the same.
   """
   max_new_tokens: int = 128
   temperature: float = 1.0
@@ -31,6 +35,7 @@ class SamplerConfig:
   record_topk: int | str = 0
   cache_length: int | None = None
   pad_token_id: int = 0
+  top_p_prefix: int = 256
 
   def __post_init__(self):
     if self.stop_token_ids is not None:
@@ -54,6 +59,8 @@ class SamplerConfig:
     k = self.record_topk
     _check(isinstance(k, int) and k >= -1,
            f"record_topk must be 0 (off), k > 0, or -1 / 'full' (whole vocabulary), got {k!r}")
+    _check(isinstance(self.top_p_prefix, int) and self.top_p_prefix >= 1,
+           f"top_p_prefix must be an int >= 1, got {self.top_p_prefix!r}")
     _check(self.cache_length is None or (isinstance(self.cache_length, int)
                                          and self.cache_length >= 1),
            f"cache_length must be None or an int >= 1, got {self.cache_length!r}")

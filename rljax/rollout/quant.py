@@ -30,14 +30,33 @@ def check_bits(bits: int, what: str) -> None:
     raise ValueError(f"{what}: {bits} bits is not supported; choose one of {sorted(QMAX)}")
 
 
-def fake_quant(x, reduce_axes: tuple[int, ...], bits: int):
-  """Round to the absmax grid of each block (a block spans `reduce_axes`); same dtype."""
+def quantize(x, reduce_axes: tuple[int, ...], bits: int):
+  """(q, scale): float32 integers on the absmax grid of each block and the block scales."""
   qmax = QMAX[bits]
   xf = x.astype(jnp.float32)
   scale = jnp.max(jnp.abs(xf), axis=reduce_axes, keepdims=True) / qmax
   scale = jnp.where(scale > 0, scale, 1.0)
-  q = jnp.clip(jnp.round(xf / scale), -qmax, qmax)
+  return jnp.clip(jnp.round(xf / scale), -qmax, qmax), scale
+
+
+def fake_quant(x, reduce_axes: tuple[int, ...], bits: int):
+  """Round to the absmax grid of each block (a block spans `reduce_axes`); same dtype."""
+  q, scale = quantize(x, reduce_axes, bits)
   return (q * scale).astype(x.dtype)
+
+
+def pack_int4(q_NxE):
+  """int8 [..., E/2]: pairs of int4 values (in [-8, 7]) along the last axis, low nibble first."""
+  q = q_NxE.astype(jnp.int8)
+  lo, hi = q[..., 0::2], q[..., 1::2]
+  return (lo & 0xF) | (hi << 4)
+
+
+def unpack_int4(b_NxE2):
+  """Inverse of `pack_int4`: int8 [..., E] (sign-extended nibbles)."""
+  lo = (b_NxE2 << 4) >> 4
+  hi = b_NxE2 >> 4
+  return jnp.stack([lo, hi], axis=-1).reshape(*b_NxE2.shape[:-1], -1)
 
 
 def fake_quant_weight(w, input_axes: tuple[int, ...], bits: int, group_size: int = 0):
@@ -87,3 +106,14 @@ class QuantNumerics:
 
   def kv(self, x_BxTxKxE):
     return fake_quant(x_BxTxKxE, (-1,), self.kv_bits) if self.kv_bits else x_BxTxKxE
+
+  def kv_store(self, x_BxTxKxE):
+    """(q_BxTxKxE int8 — int4 packed to E/2 —, scale_BxTxK float32) as an integer cache
+    stores them; `kv_load` of it equals `kv(x)` exactly."""
+    q, scale = quantize(x_BxTxKxE, (-1,), self.kv_bits)
+    q = pack_int4(q) if self.kv_bits == 4 else q.astype(jnp.int8)
+    return q, scale[..., 0]
+
+  def kv_load(self, q_BxSxKxE, scale_BxSxK, dtype):
+    q = unpack_int4(q_BxSxKxE) if self.kv_bits == 4 else q_BxSxKxE
+    return (q.astype(jnp.float32) * scale_BxSxK[..., None]).astype(dtype)

@@ -1,9 +1,11 @@
 """Batched, jitted generation that records the distribution each token was drawn from.
 
-Two jitted functions per (model, config, mesh): `prefill` repeats each prompt G
-times, fills a fresh static KV cache and samples the first token; `decode` runs a
-`lax.while_loop` over the remaining tokens (one cached forward each) and stops when
-every row has emitted a stop token. The decode state, KV cache included, is donated,
+Two jitted functions per (model, config, mesh): `prefill` runs each prompt once,
+copies its KV cache to its G rows and samples the first token; `decode` runs
+`lax.while_loop`s over the remaining tokens (one cached forward each; attention reads
+only the filled part of the cache, grown in buckets of `_ATTEND_BUCKET` slots) and stops
+when every row has emitted a stop token. A quantized-KV copy (kv8 / kv4) keeps an
+integer cache. The decode state, KV cache included, is donated,
 so the loop updates the cache in place. Every row has its own PRNG key (split from
 its prompt's key, then folded with the step), so a row's output does not depend on
 the rest of the batch or on its left padding.
@@ -23,11 +25,12 @@ from flax import nnx
 from jax.sharding import NamedSharding
 
 from rljax import sharding as shd
-from rljax.logprobs import sampling_logits
 from rljax.models.decoder import Decoder, KVCache, init_cache, positions_from_mask
 from rljax.rollout.config import SamplerConfig, cache_slots, check_inputs, resolve_stop_ids
+from rljax.rollout.sampling import sample_step
 
 _NEG_INF = -jnp.inf
+_ATTEND_BUCKET = 64  # decode attention window grows by this many slots per while loop
 
 
 class Rollout(NamedTuple):
@@ -72,43 +75,6 @@ def _head_size(cfg: SamplerConfig, vocab: int) -> int:
   return vocab if cfg.record_topk == -1 else cfg.record_topk
 
 
-def draw(keys_B, logq_BxV):
-  """One token per row from exp(logq) by inverse CDF: one uniform per row instead of V
-  Gumbels (4x cheaper on CPU). Tokens outside the support (q = 0) are never drawn; each
-  token's probability is exact up to float32 rounding of the running sum (~1e-7)."""
-  q = jnp.exp(logq_BxV)
-  cdf = jnp.cumsum(q, axis=-1)
-  u = jax.vmap(jax.random.uniform)(keys_B)[:, None] * cdf[:, -1:]
-  tok = jnp.sum(cdf <= u, axis=-1)  # first index whose cdf exceeds u (q > 0 there)
-  last = q.shape[-1] - 1 - jnp.argmax(q[:, ::-1] > 0, axis=-1)  # guards u rounding to the sum
-  return jnp.minimum(tok, last).astype(jnp.int32)
-
-
-def sample_step(logits_BxV, keys_B, step, cfg: SamplerConfig, k_head: int):
-  """(token_B, logq_B, head_ids_BxK | None, head_logq_BxK | None) for one position."""
-  b, v = logits_BxV.shape
-  if cfg.greedy:
-    if k_head:
-      _, ids = jax.lax.top_k(logits_BxV, k_head)
-      tok = ids[:, 0]
-      first = jnp.arange(k_head) == 0
-      head_logq = jnp.broadcast_to(jnp.where(first, 0.0, _NEG_INF), (b, k_head))
-      return tok, jnp.zeros((b,), jnp.float32), ids, head_logq
-    return jnp.argmax(logits_BxV, -1).astype(jnp.int32), jnp.zeros((b,), jnp.float32), None, None
-  x = sampling_logits(logits_BxV, cfg.temperature, cfg.top_k, cfg.top_p)
-  logq_all = x - jax.nn.logsumexp(x, axis=-1, keepdims=True)
-  step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys_B, step)
-  tok = draw(step_keys, logq_all)
-  logq = jnp.take_along_axis(logq_all, tok[:, None], axis=-1)[:, 0]
-  if not k_head:
-    return tok, logq, None, None
-  if k_head == v:
-    ids = jnp.broadcast_to(jnp.arange(v, dtype=jnp.int32), (b, v))
-    return tok, logq, ids, logq_all
-  head_logq, ids = jax.lax.top_k(logq_all, k_head)
-  return tok, logq, ids.astype(jnp.int32), head_logq
-
-
 def _write(ds: DecodeState, col, tok, logq, hid, hlq, stop_ids, pad_id: int):
   """Stores column `col`: the sample for live rows, pad / 0 / -inf for finished ones."""
   live = ~ds.done_B
@@ -145,60 +111,97 @@ def _constrain(ds: DecodeState, mesh) -> DecodeState:
 
   c = ds.cache
   kv = ("layers", "batch", None, "kv_heads", "head_dim")
+  scale = lambda x: None if x is None else put(x, kv[:-1])
   cache = KVCache(put(c.k_LxBxSxKxE, kv), put(c.v_LxBxSxKxE, kv), batch(c.valid_BxS),
-                  put(c.index, ()))
+                  put(c.index, ()), scale(c.k_scale_LxBxSxK), scale(c.v_scale_LxBxSxK))
   return DecodeState(cache, *(batch(x) for x in ds[1:-1]), put(ds.step, ()))
+
+
+def _kv_bits(model: Decoder) -> int:
+  return int(getattr(model.numerics, "kv_bits", 0) or 0)
+
+
+def _broadcast_cache(cache: KVCache, g: int, slots: int) -> KVCache:
+  """Each prompt's prefilled cache [L, B, P, ...] copied to its G rows, in `slots` slots."""
+
+  def grow(x, batch_axis):
+    if x is None:
+      return None
+    x = jnp.repeat(x, g, axis=batch_axis)
+    pad = [(0, 0)] * x.ndim
+    pad[batch_axis + 1] = (0, slots - x.shape[batch_axis + 1])
+    return jnp.pad(x, pad, constant_values=0)
+
+  return KVCache(grow(cache.k_LxBxSxKxE, 1), grow(cache.v_LxBxSxKxE, 1),
+                 grow(cache.valid_BxS, 0), cache.index, grow(cache.k_scale_LxBxSxK, 1),
+                 grow(cache.v_scale_LxBxSxK, 1))
 
 
 def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh,
              state, ids_BxP, mask_BxP, keys_B):
   model: Decoder = nnx.merge(graphdef, state)
   g, n = cfg.num_generations, cfg.max_new_tokens
-  ids = jnp.repeat(ids_BxP.astype(jnp.int32), g, axis=0)
-  mask = jnp.repeat(mask_BxP.astype(jnp.int32), g, axis=0)
+  ids, mask = ids_BxP.astype(jnp.int32), mask_BxP.astype(jnp.int32)
   keys = jax.vmap(lambda k: jax.random.split(k, g))(keys_B).reshape(-1)
+  p = ids.shape[1]
+  # One forward per prompt (not per sample): its cache and last logits serve its G rows.
+  h, cache = model(ids, positions_from_mask(mask), mask,
+                   init_cache(model.cfg, ids.shape[0], p, kv_bits=_kv_bits(model)))
+  logits = jnp.repeat(model.logits(h[:, -1:])[:, 0], g, axis=0)
+  ids, mask = jnp.repeat(ids, g, axis=0), jnp.repeat(mask, g, axis=0)
   b = ids.shape[0]
   k_head = _head_size(cfg, model.cfg.vocab_size)
-  empty = DecodeState(
-      cache=init_cache(model.cfg, b, slots),
+  ds = _constrain(DecodeState(
+      cache=_broadcast_cache(cache, g, slots),
       tokens_BxN=jnp.full((b, n), cfg.pad_token_id, jnp.int32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       logq_BxN=jnp.zeros((b, n), jnp.float32),
       head_ids_BxNxK=jnp.zeros((b, n, k_head), jnp.int32) if k_head else None,
       head_logq_BxNxK=jnp.full((b, n, k_head), _NEG_INF, jnp.float32) if k_head else None,
       done_B=jnp.zeros((b,), bool), keys_B=keys, prompt_len_B=mask.sum(1),
-      step=jnp.zeros((), jnp.int32))
-  ds = _constrain(empty, mesh)
-  h, cache = model(ids, positions_from_mask(mask), mask, ds.cache)
-  logits = model.logits(h[:, -1:])[:, 0]
+      step=jnp.zeros((), jnp.int32)), mesh)
   tok, logq, hid, hlq = sample_step(logits, ds.keys_B, 0, cfg, k_head)
-  ds = _write(ds._replace(cache=cache), 0, tok, logq, hid, hlq, stop_ids, cfg.pad_token_id)
+  ds = _write(ds, 0, tok, logq, hid, hlq, stop_ids, cfg.pad_token_id)
   return _constrain(ds, mesh), ids, mask
 
 
-def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, state, ds: DecodeState):
+def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int) -> list[tuple[int, int]]:
+  """[(end_step, attend_len)]: decode steps < end_step read the first attend_len slots.
+
+  Step t feeds token t - 1 into slot prompt_len + t - 1, so steps < e need
+  prompt_len + e - 1 slots."""
+  out, n = [], cfg.max_new_tokens
+  for e in range(_ATTEND_BUCKET, n + _ATTEND_BUCKET, _ATTEND_BUCKET):
+    e = min(e, n)
+    out.append((e, min(slots, prompt_len + e - 1)))
+  return out
+
+
+def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: DecodeState):
   model: Decoder = nnx.merge(graphdef, state)
   k_head = _head_size(cfg, model.cfg.vocab_size)
 
-  def cond(ds):
-    return (ds.step < cfg.max_new_tokens) & jnp.any(~ds.done_B)
-
-  def body(ds):
+  def body(ds, attend_len):
     prev = jax.lax.dynamic_slice_in_dim(ds.tokens_BxN, ds.step - 1, 1, axis=1)
     pos = (ds.prompt_len_B + ds.step - 1)[:, None]
-    h, cache = model(prev, pos, jnp.ones_like(prev), ds.cache)
+    h, cache = model(prev, pos, jnp.ones_like(prev), ds.cache, attend_len=attend_len)
     tok, logq, hid, hlq = sample_step(model.logits(h)[:, 0], ds.keys_B, ds.step, cfg, k_head)
     ds = _write(ds._replace(cache=cache), ds.step, tok, logq, hid, hlq, stop_ids,
                 cfg.pad_token_id)
     return _constrain(ds, mesh)
 
-  return jax.lax.while_loop(cond, body, ds)
+  for end, attend_len in buckets:  # each loop exits early once every row has stopped
+    ds = jax.lax.while_loop(lambda ds, e=end: (ds.step < e) & jnp.any(~ds.done_B),
+                            functools.partial(body, attend_len=attend_len), ds)
+  return ds
 
 
 @functools.lru_cache(maxsize=64)
-def _build(graphdef, cfg: SamplerConfig, slots: int, stop_ids: tuple, mesh):
+def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh):
   prefill = jax.jit(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh))
-  decode = jax.jit(functools.partial(_decode, graphdef, cfg, stop_ids, mesh), donate_argnums=1)
+  buckets = tuple(decode_buckets(prompt_len, cfg, slots))
+  decode = jax.jit(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets),
+                   donate_argnums=1)
   return prefill, decode
 
 
@@ -262,7 +265,7 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
     put = lambda x: jax.device_put(x, NamedSharding(
         mesh, shd.logical_to_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh)))
     ids, mask, keys = put(ids), put(mask), put(keys)
-  prefill, decode = _build(graphdef, cfg, slots, stop_ids, mesh)
+  prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh)
   ds, ids_rep, mask_rep = prefill(state, ids, mask, keys)
   ds = decode(state, ds)
   return Rollout(ds.tokens_BxN, ds.mask_BxN, ~ds.done_B, ds.logq_BxN, ds.head_ids_BxNxK,
