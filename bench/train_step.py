@@ -1,12 +1,19 @@
-"""Training-step throughput: rljax GRPO and CoRT steps vs a PyTorch reference step.
+"""Training-step throughput and memory: rljax GRPO / CoRT steps vs a PyTorch reference.
 
-    python bench/train_step.py [--batch 8] [--prompt 64] [--response 64] [--smollm2]
+    python bench/train_step.py [--batch 8] [--prompt 64] [--response 192] [--smollm2]
+                               [--no-tiny] [--variants none/dense,dots/blockwise]
+                               [--rounds 3]
 
-Rows: tokens/s of the rljax GRPO step, the rljax CoRT step (trainer + rubric-free
-replay in one jit), and a PyTorch reference step (transformers model, the same
-GRPO loss, torch.optim.AdamW) on the same weights and batch; model FLOP
-utilization against this machine's measured float32 matmul peak; the CoRT/GRPO
-step-time ratio and the rljax/torch speed ratio. Writes bench/results/train_step.json.
+Rows: the rljax GRPO step for each `remat/attention` variant (Decoder remat policy:
+none | dots | full; ModelConfig.attention: dense | blockwise), the rljax CoRT step
+(trainer + rubric-free replay in one jit) for the last variant, and a PyTorch reference
+step (transformers model, the same GRPO loss on the completion logits only,
+torch.optim.AdamW) on the same weights and batch. All steps alternate call by call in
+one process (medians of --rounds, the machine is shared); memory is XLA's
+memory_analysis of the compiled step (temp = activations and scratch; peak = arguments +
+outputs + temp - aliased, the state being donated). Also: model FLOP utilization against
+this machine's float32 matmul peak, CoRT/GRPO time, rljax/torch speed, and each variant's
+time and temp memory relative to the first. Writes bench/results/train_step.json.
 """
 from __future__ import annotations
 
@@ -54,13 +61,22 @@ def rljax_step(model, batch, n, transforms, g):
   sc = StepConfig(objective=obj, response_len=n, replay=bool(transforms), chunk_size=256)
   step = jit_train_step(graphdef, opt, sc)
   state = [init_state(jax.tree.map(jnp.copy, params_dict(model)), opt, obj)]
-  flops = step.lower(state[0], batch, None).compile().cost_analysis()["flops"]
+  compiled = step.lower(state[0], batch, None).compile()
+  mem = compiled.memory_analysis()
+  info = {"flops": compiled.cost_analysis()["flops"], "temp_gb": mem.temp_size_in_bytes / 1e9,
+          "peak_gb": (mem.argument_size_in_bytes + mem.output_size_in_bytes
+                      + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 1e9}
 
   def run():
-    state[0], m = step(state[0], batch, None)
+    state[0], m = compiled(state[0], batch, None)
     jax.block_until_ready(m)
 
-  return run, flops
+  return run, info
+
+
+def variant_model(path_or_dir, remat, attention):
+  from rljax.models import load_model
+  return load_model(path_or_dir, remat=remat, attention=attention)
 
 
 def torch_step(hf, batch, n):
@@ -89,49 +105,79 @@ def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--batch", type=int, default=8)
   ap.add_argument("--prompt", type=int, default=64)
-  ap.add_argument("--response", type=int, default=64)
-  ap.add_argument("--repeats", type=int, default=3)
-  ap.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M (slow on CPU)")
+  ap.add_argument("--response", type=int, default=192)
+  ap.add_argument("--rounds", type=int, default=3)
+  ap.add_argument("--variants", default="none/dense,dots/blockwise",
+                  help="comma-separated remat/attention pairs; the first is the reference")
+  ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M (slow on CPU)")
+  ap.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=True)
+  ap.add_argument("--cort", action=argparse.BooleanOptionalAction, default=True)
   a = ap.parse_args()
+  import statistics
+  import time
+
   import torch
   import transformers
-  from rljax.models import load_model
   from tests.models.hf_fixtures import make_hf_model
 
   peak = matmul_peak()
-  rows = []
-  setups = []
-  with tempfile.TemporaryDirectory() as d:
-    hf = make_hf_model("qwen3_qk_norm", d, hidden_size=256, intermediate_size=768,
+  variants = [tuple(v.split("/")) for v in a.variants.split(",")]
+  rows, setups = [], []
+  tmp = tempfile.TemporaryDirectory()
+  if a.tiny:
+    hf = make_hf_model("qwen3_qk_norm", tmp.name, hidden_size=256, intermediate_size=768,
                        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
                        head_dim=32, vocab_size=8192).train()
-    setups.append(("tiny-qwen3 (4L, d256, V8192)", hf, load_model(d)))
+    setups.append(("tiny-qwen3 (4L, d256, V8192)", hf, tmp.name))
   if a.smollm2:
     from rljax.models.bundled import smollm2_path
     p = smollm2_path()
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.dirname(p), gguf_file=os.path.basename(p), dtype=torch.float32).train()
-    setups.append(("SmolLM2-135M", hf, load_model(p)))
-  for name, hf, model in setups:
-    batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
+    setups.append(("SmolLM2-135M", hf, p))
+  for name, hf, path in setups:
+    runs, infos = {}, {}
+    for remat, attn in variants:
+      model = variant_model(path, remat, attn)
+      batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
+      runs[f"GRPO {remat}/{attn}"], infos[f"GRPO {remat}/{attn}"] = rljax_step(
+          model, batch, a.response, (), g=4)
+    if a.cort:
+      runs[f"CoRT {remat}/{attn}"], infos[f"CoRT {remat}/{attn}"] = rljax_step(
+          model, batch, a.response, ("cort_no_ramp",), g=4)
+    runs["torch GRPO"] = torch_step(hf, batch, a.response)
+    times = {k: [] for k in runs}
+    for r in range(a.rounds + 1):  # round 0 warms up
+      for k, fn in runs.items():
+        t = time.perf_counter()
+        fn()
+        if r:
+          times[k].append(time.perf_counter() - t)
+      if r:
+        print(f"round {r}: " + "  ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
     tokens = a.batch * (a.prompt + a.response)
-    grpo, f_grpo = rljax_step(model, batch, a.response, (), g=4)
-    cort, f_cort = rljax_step(model, batch, a.response, ("cort_no_ramp",), g=4)
-    t_grpo = best_time(grpo, a.repeats)
-    t_cort = best_time(cort, a.repeats)
-    t_torch = best_time(torch_step(hf, batch, a.response), a.repeats)
-    for impl, t, fl in (("rljax GRPO", t_grpo, f_grpo), ("rljax CoRT", t_cort, f_cort),
-                        ("torch GRPO", t_torch, f_grpo)):
-      rows.append({"model": name, "step": impl, "time_s": t, "tok_s": tokens / t,
-                   "mfu": fl / t / peak})
-    rows.append({"model": name, "step": "CoRT/GRPO time", "time_s": t_cort / t_grpo,
-                 "flops_ratio": f_cort / f_grpo})
-    rows.append({"model": name, "step": "rljax/torch speed", "time_s": t_torch / t_grpo})
-  report("train_step", ["model", "step", "time_s", "tok_s", "mfu", "flops_ratio"], rows,
+    ref = f"GRPO {variants[0][0]}/{variants[0][1]}"
+    for k, t in med.items():
+      info = infos.get(k, {})
+      fl = info.get("flops", infos[ref]["flops"])
+      rows.append({"model": name, "step": k, "time_s": t, "tok_s": tokens / t,
+                   "mfu": fl / t / peak, "vs_torch": med["torch GRPO"] / t,
+                   "time_vs_ref": t / med[ref], "temp_gb": info.get("temp_gb"),
+                   "peak_gb": info.get("peak_gb"),
+                   "temp_vs_ref": info["temp_gb"] / infos[ref]["temp_gb"] if info else None})
+    if a.cort:
+      last = f"{variants[-1][0]}/{variants[-1][1]}"
+      rows.append({"model": name, "step": "CoRT/GRPO time",
+                   "time_s": med[f"CoRT {last}"] / med[f"GRPO {last}"]})
+    rows[-1]["times_s"] = times
+  report("train_step", ["model", "step", "time_s", "tok_s", "mfu", "vs_torch", "time_vs_ref",
+                        "temp_gb", "peak_gb", "temp_vs_ref"], rows,
          {"matmul_peak_gflops": peak / 1e9, "batch": a.batch, "prompt": a.prompt,
           "response": a.response, "torch_threads": torch.get_num_threads(),
-          "note": "mfu = XLA cost-analysis FLOPs of the rljax GRPO step / time / peak "
-                  "(the torch row uses the same FLOP count)"})
+          "rounds": a.rounds, "loadavg": [round(x, 2) for x in os.getloadavg()],
+          "note": "mfu = XLA cost-analysis FLOPs of the step / time / peak "
+                  "(the torch row uses the reference variant's FLOP count)"})
 
 
 if __name__ == "__main__":

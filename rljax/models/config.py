@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+ATTENTION_IMPLS = ("dense", "blockwise")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,9 @@ class ModelConfig:
   eos_token_id: int | tuple[int, ...] | None = None
   param_dtype: str = "float32"
   dtype: str = "float32"  # compute dtype of matmuls; logits for logprobs are float32.
+  # Full-sequence (training) attention: "dense" keeps the float32 [B,H,T,T] scores for the
+  # backward; "blockwise" (flash-style, rljax.models.attention) recomputes them per block.
+  attention: str = "dense"
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_ARCHITECTURES:
@@ -44,6 +48,8 @@ class ModelConfig:
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f"{name}={getattr(self, name)!r}; choose one of {sorted(_DTYPES)}")
+    if self.attention not in ATTENTION_IMPLS:
+      raise ValueError(f"attention={self.attention!r}; choose one of {ATTENTION_IMPLS}")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of "
                        f"num_kv_heads={self.num_kv_heads}")

@@ -18,9 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rljax.models.attention import attention, blockwise_attention
 from rljax.models.config import ModelConfig
 
-_NEG = -1e30
+# Remat policies of the layer scan (Decoder(remat=...)): what each layer keeps for the
+# backward pass. "dots": matmul outputs without batch dimensions (the projections), so the
+# backward recomputes norms, rope, activations and attention, not the matmuls.
+REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
 
 
 class KVCache(NamedTuple):
@@ -92,19 +96,6 @@ def rms_norm(x, w, eps):
   return (w.astype(jnp.float32) * x).astype(dtype)
 
 
-def attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS):
-  """Grouped-query attention with a boolean mask; softmax in float32."""
-  b, t, h, e = q_BxTxHxE.shape
-  kh = k_BxSxKxE.shape[2]
-  q = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
-  s = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE,
-                 preferred_element_type=jnp.float32) / math.sqrt(e)
-  s = jnp.where(allowed_BxTxS[:, None, None], s, _NEG)
-  p = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
-  o = jnp.einsum("bkgts,bske->btkge", p, v_BxSxKxE)
-  return o.reshape(b, t, h, e)
-
-
 def _param(rngs, shape, dtype, kind="normal"):
   if kind == "ones":
     return nnx.Param(jnp.ones(shape, dtype))
@@ -145,7 +136,7 @@ class Layers(nnx.Module):
 
 
 def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
-           dot=jnp.einsum):
+           dot=jnp.einsum, attn=attention):
   """One pre-norm block. `kv_fn(k, v) -> (keys, values, allowed, aux)` attaches the cache;
   `dot(spec, x, w)` is every activation x weight product; returns (x, aux)."""
   dt = cfg.jnp_dtype
@@ -162,9 +153,9 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
   q = apply_rope(q, positions_BxT, inv_freq)
   k = apply_rope(k, positions_BxT, inv_freq)
   keys, values, allowed, aux = kv_fn(k, v)
-  o = attention(q, keys, values, allowed)
-  attn = dot("bthe,hed->btd", o, c(p["wo"]))
-  x = x_BxTxD + (attn + c(p["bo"]) if cfg.o_bias else attn)
+  o = attn(q, keys, values, allowed)
+  o_proj = dot("bthe,hed->btd", o, c(p["wo"]))
+  x = x_BxTxD + (o_proj + c(p["bo"]) if cfg.o_bias else o_proj)
   h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps)
   g = dot("btd,df->btf", h, c(p["w_gate"]))
   u = dot("btd,df->btf", h, c(p["w_up"]))
@@ -177,8 +168,15 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
 class Decoder(nnx.Module):
   """Causal LM trunk: `__call__` returns final-normed hidden states (and the cache)."""
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool = False, numerics=None):
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool | str = False,
+               numerics=None):
     self.cfg = cfg
+    # False / "none": keep every residual; True / "full": keep only each layer's input;
+    # "dots": keep the projections' outputs (REMAT_POLICIES).
+    remat = {False: "none", True: "full"}.get(remat, remat)
+    if remat != "none" and remat not in REMAT_POLICIES:
+      raise ValueError(f"remat={remat!r}; choose False / 'none', True / 'full' or one of "
+                       f"{sorted(REMAT_POLICIES)}")
     self.remat = remat
     # Optional static hook that changes the arithmetic, not the parameters: an object with
     # `dot(spec, x, w)` (every activation x weight einsum) and `kv(x_BxTxKxE)` (keys and
@@ -221,12 +219,14 @@ class Decoder(nnx.Module):
       causal = jnp.tril(jnp.ones((t, t), bool))
       allowed = causal[None] & mask_BxT[:, None, :]
 
+      attn = blockwise_attention if cfg.attention == "blockwise" else attention
+
       def layer(x, p):
         return _block(cfg, p, x, positions_BxT, inv_freq,
-                      lambda k, v: (kvq(k), kvq(v), allowed, None), dot)
+                      lambda k, v: (kvq(k), kvq(v), allowed, None), dot, attn)
 
-      if self.remat:
-        layer = jax.checkpoint(layer)
+      if self.remat != "none":
+        layer = jax.checkpoint(layer, policy=REMAT_POLICIES[self.remat])
       x, _ = jax.lax.scan(layer, x, params, unroll=self.scan_unroll)
       return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
 

@@ -1,0 +1,94 @@
+"""Full RL steps of the main job, split per stage: this rljax vs an older rljax.
+
+    python bench/loop.py [--config configs/cort_grpo.py] [--steps 3] [--baseline main]
+                         [--order base,new] [--set train.steps=3 ...]
+
+Runs `python -m rljax.train` with the main job's config (README: configs/cort_grpo.py,
+SmolLM2, 16 prompts x G=4, prompts padded to 160, 48 new tokens, CoRT replay, a
+checkpoint every step, eval after the last step) for --steps steps, once on this
+checkout and once on the rljax tree of git rev BASE (default: the merge base with
+main), one after the other in fresh processes and fresh work dirs, and reads the stage
+times the trainer logs to metrics.jsonl: time/rollout_and_reward (sampling + rewards),
+time/train (batch assembly + the jitted update), time/eval, time/step. Step 1 includes
+compilation and is reported apart; the table shows medians over steps 2..S. Writes
+bench/results/loop.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import interleave as il  # noqa: E402
+from bench.common import report  # noqa: E402
+
+STAGES = ("time/rollout_and_reward", "time/train", "time/eval", "time/step")
+
+
+def run_trainer(src: str, config: str, steps: int, extra: list[str]) -> list[dict]:
+  """Per-step metrics of one fresh run of rljax.train from the tree `src`."""
+  work = tempfile.mkdtemp(prefix="bench_loop_")
+  cmd = [sys.executable, "-m", "rljax.train", f"--config={os.path.join(il.ROOT, config)}",
+         f"--workdir={work}", f"--config.train.steps={steps}",
+         "--config.log.plot=False", "--config.log.tensorboard=False"] + extra
+  env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1"}
+  t = time.time()
+  # cwd = src: `configs/` is read from the main checkout by absolute path; rljax from src.
+  subprocess.run(cmd, check=True, env=env, cwd=src)
+  print(f"{src}: {steps} steps in {time.time() - t:.0f}s", flush=True)
+  with open(os.path.join(work, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  shutil.rmtree(work, ignore_errors=True)
+  return rows
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--config", default="configs/cort_grpo.py")
+  ap.add_argument("--steps", type=int, default=3)
+  ap.add_argument("--baseline", default="main")
+  ap.add_argument("--order", default="base,new")
+  ap.add_argument("--set", nargs="*", default=[], help="extra key=value config overrides")
+  a = ap.parse_args()
+  base = il.resolve_rev(subprocess.run(["git", "-C", il.ROOT, "merge-base", "HEAD", a.baseline],
+                                       check=True, capture_output=True, text=True).stdout.strip())
+  trees = {"new": il.ROOT, "base": il.baseline_tree(base)}
+  if trees["base"] != il.ROOT:  # the baseline tree needs configs/ of its own revision too
+    subprocess.run(f"git -C {il.ROOT} archive {base} configs | tar -x -C {trees['base']}",
+                   shell=True, check=True)
+  extra = [f"--config.{kv}" for kv in a.set]
+  runs, loads = {}, {}
+  for name in a.order.split(","):
+    loads[name] = il.load()
+    runs[name] = run_trainer(trees[name], a.config, a.steps, extra)
+  rows = []
+  for name in ("new", "base"):
+    steps = runs[name]
+    later = steps[1:] or steps
+    r = {"impl": "rljax" if name == "new" else f"rljax@{base}"}
+    for k in STAGES:
+      vals = [s[k] for s in later if k in s]
+      r[k.split("/")[1] + "_s"] = statistics.median(vals) if vals else None
+    r["first_step_s"] = steps[0].get("time/step")
+    rows.append(r)
+  new, old = rows
+  rows.append({"impl": "speedup (base / new)", **{
+      k: (old[k] / new[k] if old.get(k) and new.get(k) else None) for k in new if k != "impl"}})
+  report("loop", ["impl", "rollout_and_reward_s", "train_s", "eval_s", "step_s",
+                  "first_step_s"], rows,
+         {"config": a.config, "steps": a.steps, "overrides": a.set, "baseline_rev": base,
+          "loadavg_before": loads, "loadavg_after": il.load(),
+          "per_step": {k: [{s: m.get(s) for s in STAGES} for m in v] for k, v in runs.items()},
+          "note": "medians over steps 2..S; eval runs only after the last step"})
+
+
+if __name__ == "__main__":
+  main()

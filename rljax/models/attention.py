@@ -1,0 +1,124 @@
+"""Grouped-query attention: the dense reference and a blockwise (flash-style) version.
+
+`blockwise_attention` runs an online softmax over key blocks and has a custom VJP that
+recomputes each block's scores in the backward pass, so neither pass keeps the float32
+`[B, H, T, S]` scores or probabilities: the residuals are q, k, v, the output and one
+log-sum-exp per query and head. Masked scores use the same finite `_NEG` as the dense
+version, so a fully masked (padding) query row averages all values in both.
+
+Shapes: B batch, T queries, S keys, H query heads, K kv heads, G = H / K, E head dim,
+C key-block size, NB = S / C blocks.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+_NEG = -1e30
+
+
+def attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS):
+  """Dense grouped-query attention with a boolean mask; softmax in float32."""
+  b, t, h, e = q_BxTxHxE.shape
+  kh = k_BxSxKxE.shape[2]
+  q = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
+  s = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE,
+                 preferred_element_type=jnp.float32) / math.sqrt(e)
+  s = jnp.where(allowed_BxTxS[:, None, None], s, _NEG)
+  p = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
+  o = jnp.einsum("bkgts,bske->btkge", p, v_BxSxKxE)
+  return o.reshape(b, t, h, e)
+
+
+def _blocks(k, v, allowed, c):
+  """Keys / values [NB, B, C, K, E], the mask [NB, B, T, C] and which keys are real
+  [NB, C] (padding keys get a score below every masked one: they never count)."""
+  s = k.shape[1]
+  pad = (-s) % c
+  real = jnp.arange(s + pad).reshape(-1, c) < s
+  if pad:
+    k = jnp.pad(k, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    v = jnp.pad(v, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    allowed = jnp.pad(allowed, ((0, 0), (0, 0), (0, pad)))
+  nb = k.shape[1] // c
+  split = lambda x: jnp.moveaxis(x.reshape(x.shape[0], nb, c, *x.shape[2:]), 1, 0)
+  a = allowed.reshape(allowed.shape[0], allowed.shape[1], nb, c)
+  return split(k), split(v), (jnp.moveaxis(a, 2, 0), real)
+
+
+def _scores(q_BxTxKxGxE, k_BxCxKxE, mask):
+  allowed_BxTxC, real_C = mask
+  s = jnp.einsum("btkge,bske->bkgts", q_BxTxKxGxE, k_BxCxKxE, preferred_element_type=jnp.float32)
+  return jnp.where(real_C, jnp.where(allowed_BxTxC[:, None, None], s, _NEG), 2 * _NEG)
+
+
+def _fwd(q, k, v, allowed, c):
+  """q is pre-scaled [B,T,K,G,E]; returns (o [B,T,K,G,E], lse [B,K,G,T])."""
+  b, t, kh, g, e = q.shape
+  kb, vb, ab = _blocks(k, v, allowed, c)
+
+  def body(carry, xs):
+    m, l, acc = carry
+    kj, vj, aj = xs
+    s = _scores(q, kj, aj)
+    m_new = jnp.maximum(m, s.max(-1))
+    corr = jnp.exp(m - m_new)
+    p = jnp.exp(s - m_new[..., None])
+    l = l * corr + p.sum(-1)
+    pv = jnp.einsum("bkgts,bske->btkge", p.astype(vj.dtype), vj,
+                    preferred_element_type=jnp.float32)
+    acc = acc * jnp.moveaxis(corr, 3, 1)[..., None] + pv
+    return (m_new, l, acc), None
+
+  init = (jnp.full((b, kh, g, t), -jnp.inf, jnp.float32), jnp.zeros((b, kh, g, t), jnp.float32),
+          jnp.zeros((b, t, kh, g, e), jnp.float32))
+  (m, l, acc), _ = jax.lax.scan(body, init, (kb, vb, ab))
+  o = acc / jnp.moveaxis(l, 3, 1)[..., None]
+  return o.astype(q.dtype), m + jnp.log(l)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _flash(q, k, v, allowed, c):
+  return _fwd(q, k, v, allowed, c)[0]
+
+
+def _flash_fwd(q, k, v, allowed, c):
+  o, lse = _fwd(q, k, v, allowed, c)
+  return o, (q, k, v, allowed, o, lse)
+
+
+def _flash_bwd(c, res, do):
+  q, k, v, allowed, o, lse = res
+  s_len = k.shape[1]
+  kb, vb, ab = _blocks(k, v, allowed, c)
+  dof = do.astype(jnp.float32)
+  delta = jnp.moveaxis(jnp.sum(dof * o.astype(jnp.float32), -1), 1, 3)  # [B,K,G,T]
+
+  def body(dq, xs):
+    kj, vj, aj = xs
+    p = jnp.exp(_scores(q, kj, aj) - lse[..., None])  # [B,K,G,T,C]
+    dv = jnp.einsum("bkgts,btkge->bske", p, dof)
+    dp = jnp.einsum("btkge,bske->bkgts", dof, vj.astype(jnp.float32))
+    ds = p * (dp - delta[..., None])
+    dq = dq + jnp.einsum("bkgts,bske->btkge", ds, kj.astype(jnp.float32))
+    dk = jnp.einsum("bkgts,btkge->bske", ds, q.astype(jnp.float32))
+    return dq, (dk, dv)
+
+  dq, (dk, dv) = jax.lax.scan(body, jnp.zeros(q.shape, jnp.float32), (kb, vb, ab))
+  merge = lambda x: jnp.moveaxis(x, 0, 1).reshape(x.shape[1], -1, *x.shape[3:])[:, :s_len]
+  return dq.astype(q.dtype), merge(dk).astype(k.dtype), merge(dv).astype(v.dtype), None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def blockwise_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, block: int = 128):
+  """Same result as `attention` (to float32 rounding) without keeping [B,H,T,S] scores."""
+  b, t, h, e = q_BxTxHxE.shape
+  kh = k_BxSxKxE.shape[2]
+  q = (q_BxTxHxE / math.sqrt(e)).astype(q_BxTxHxE.dtype).reshape(b, t, kh, h // kh, e)
+  o = _flash(q, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, min(block, k_BxSxKxE.shape[1]))
+  return o.reshape(b, t, h, e)

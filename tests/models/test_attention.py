@@ -1,0 +1,74 @@
+"""Blockwise (flash-style) attention equals the dense reference, forward and gradients;
+the decoder's remat policies and attention choice leave its outputs and gradients alone."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rljax.models import create_model, positions_from_mask
+from rljax.models.attention import attention, blockwise_attention
+from rljax.models.config import ModelConfig
+
+TINY = ModelConfig(model_type="qwen3", vocab_size=67, hidden_size=32, intermediate_size=48,
+                   num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)
+
+
+def _inputs(b=2, t=11, h=4, kh=2, e=8, seed=0):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  q = jax.random.normal(ks[0], (b, t, h, e))
+  k = jax.random.normal(ks[1], (b, t, kh, e))
+  v = jax.random.normal(ks[2], (b, t, kh, e))
+  mask = jnp.ones((b, t), bool).at[1, :3].set(False)  # left padding in row 1
+  allowed = jnp.tril(jnp.ones((t, t), bool))[None] & mask[:, None, :]
+  w = jax.random.normal(ks[3], (b, t, h, e)) * mask[:, :, None, None]  # real rows only
+  return q, k, v, allowed, w
+
+
+@pytest.mark.parametrize("block", [4, 5, 11, 64])  # ragged last block, one block
+def test_blockwise_equals_dense_forward_and_gradients(block):
+  q, k, v, allowed, w = _inputs()
+  dense = lambda q, k, v: jnp.sum(attention(q, k, v, allowed) * w)
+  flash = lambda q, k, v: jnp.sum(blockwise_attention(q, k, v, allowed, block) * w)
+  o_ref, o = attention(q, k, v, allowed), blockwise_attention(q, k, v, allowed, block)
+  np.testing.assert_allclose(np.asarray(o), np.asarray(o_ref), atol=1e-5)
+  g_ref = jax.grad(dense, argnums=(0, 1, 2))(q, k, v)
+  g = jax.jit(jax.grad(flash, argnums=(0, 1, 2)))(q, k, v)
+  for a, b in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def test_blockwise_backward_keeps_no_score_matrix():
+  b, t, h, e = 1, 256, 4, 8
+  q, k, v, allowed, w = _inputs(b=b, t=t, h=h, kh=2, e=e)
+  for fn, has_scores in ((attention, True), (lambda *a: blockwise_attention(*a, block=32), False)):
+    _, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, allowed), q, k, v)
+    sizes = [x.size for x in jax.tree.leaves(vjp)]
+    assert (max(sizes) >= h * t * t) == has_scores, sizes  # residuals of the backward
+
+
+@pytest.mark.parametrize("remat,impl", [("dots", "blockwise"), ("full", "dense"),
+                                        ("none", "blockwise")])
+def test_decoder_remat_and_attention_do_not_change_outputs_or_grads(remat, impl):
+  ids = jnp.asarray(np.random.RandomState(0).randint(0, 67, (2, 9)), jnp.int32)
+  mask = jnp.ones_like(ids).at[0, :3].set(0)
+  pos = positions_from_mask(mask)
+
+  def loss(model):
+    h, _ = model(ids, pos, mask)
+    return jnp.sum(model.logits(h) * mask[..., None])
+
+  from flax import nnx
+  ref = create_model(TINY, seed=1)
+  other = create_model(TINY.replace(attention=impl), seed=1, remat=remat)
+  l_ref, g_ref = nnx.value_and_grad(loss)(ref)
+  l, g = nnx.value_and_grad(loss)(other)
+  np.testing.assert_allclose(float(l), float(l_ref), rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(nnx.to_pure_dict(g)), jax.tree.leaves(nnx.to_pure_dict(g_ref))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4, rtol=1e-4)
+
+
+def test_bad_remat_and_attention_names():
+  with pytest.raises(ValueError, match="remat"):
+    create_model(TINY, remat="sometimes")
+  with pytest.raises(ValueError, match="attention"):
+    TINY.replace(attention="flash3")
