@@ -112,6 +112,7 @@ def main():
   ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M (slow on CPU)")
   ap.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=True)
   ap.add_argument("--cort", action=argparse.BooleanOptionalAction, default=True)
+  ap.add_argument("--memory-only", action="store_true", help="compile and report memory only")
   a = ap.parse_args()
   import statistics
   import time
@@ -120,7 +121,7 @@ def main():
   import transformers
   from tests.models.hf_fixtures import make_hf_model
 
-  peak = matmul_peak()
+  peak = None if a.memory_only else matmul_peak()
   variants = [tuple(v.split("/")) for v in a.variants.split(",")]
   rows, setups = [], []
   tmp = tempfile.TemporaryDirectory()
@@ -145,6 +146,14 @@ def main():
     if a.cort:
       runs[f"CoRT {remat}/{attn}"], infos[f"CoRT {remat}/{attn}"] = rljax_step(
           model, batch, a.response, ("cort_no_ramp",), g=4)
+    if a.memory_only:
+      ref = f"GRPO {variants[0][0]}/{variants[0][1]}"
+      for k, info in infos.items():
+        rows.append({"model": name, "step": k, "temp_gb": info["temp_gb"],
+                     "peak_gb": info["peak_gb"],
+                     "temp_vs_ref": info["temp_gb"] / infos[ref]["temp_gb"],
+                     "peak_vs_ref": info["peak_gb"] / infos[ref]["peak_gb"]})
+      continue
     runs["torch GRPO"] = torch_step(hf, batch, a.response)
     times = {k: [] for k in runs}
     for r in range(a.rounds + 1):  # round 0 warms up
@@ -171,9 +180,10 @@ def main():
       rows.append({"model": name, "step": "CoRT/GRPO time",
                    "time_s": med[f"CoRT {last}"] / med[f"GRPO {last}"]})
     rows[-1]["times_s"] = times
-  report("train_step", ["model", "step", "time_s", "tok_s", "mfu", "vs_torch", "time_vs_ref",
-                        "temp_gb", "peak_gb", "temp_vs_ref"], rows,
-         {"matmul_peak_gflops": peak / 1e9, "batch": a.batch, "prompt": a.prompt,
+  report("train_step_memory" if a.memory_only else "train_step",
+         ["model", "step", "time_s", "tok_s", "mfu", "vs_torch", "time_vs_ref",
+          "temp_gb", "peak_gb", "temp_vs_ref", "peak_vs_ref"], rows,
+         {"matmul_peak_gflops": peak and peak / 1e9, "batch": a.batch, "prompt": a.prompt,
           "response": a.response, "torch_threads": torch.get_num_threads(),
           "rounds": a.rounds, "loadavg": [round(x, 2) for x in os.getloadavg()],
           "note": "mfu = XLA cost-analysis FLOPs of the step / time / peak "

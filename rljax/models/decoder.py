@@ -243,42 +243,36 @@ class Decoder(nnx.Module):
       raise ValueError("Decoder: an integer KV cache needs a `numerics` hook with "
                        "kv_store / kv_load (rljax.rollout.QuantNumerics with kv_bits)")
     zero = jnp.zeros((), jnp.int32)
-    window = lambda a: a if w == s else a[:, :, :w]
+    store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))
+    names = ("k_LxBxSxKxE", "v_LxBxSxKxE") + (("k_scale_LxBxSxK", "v_scale_LxBxSxK")
+                                              if quantized else ())
 
-    def layer(x, xs):
-      # Reads this layer's cache (first w slots), writes the new slots into a local copy
-      # for attention, and returns only the new entries: one cache write per call, after
-      # the scan, instead of a per-layer update of the whole stacked cache.
-      p, ck, cv, cks, cvs = xs
+    def layer(carry, p_i):
+      # The stacked cache is a carry updated in place: write layer i's new slots, then read
+      # layer i's first w slots for attention.
+      x, bufs = carry
+      p, i = p_i
 
       def kv_fn(k, v):
+        (kq, ks), (vq, vs) = store(k), store(v)
+        new = (kq, vq) + ((ks, vs) if quantized else ())
+        bufs2 = tuple(jax.lax.dynamic_update_slice(
+            c, n.astype(c.dtype)[None], (i, zero, idx) + (zero,) * (c.ndim - 3))
+                      for c, n in zip(bufs, new))
+        read = [c[i, :, :w] for c in bufs2]
         if quantized:
-          (kq, ks), (vq, vs) = self.numerics.kv_store(k), self.numerics.kv_store(v)
-          upd = lambda c, n: jax.lax.dynamic_update_slice(c, n, (zero, idx) + (zero,) * (c.ndim - 2))
-          keys = self.numerics.kv_load(upd(ck, kq), upd(cks, ks), k.dtype)
-          values = self.numerics.kv_load(upd(cv, vq), upd(cvs, vs), v.dtype)
-          return keys, values, allowed, (kq, vq, ks, vs)
-        kq, vq = kvq(k).astype(ck.dtype), kvq(v).astype(cv.dtype)
-        at = (zero, idx, zero, zero)
-        keys = jax.lax.dynamic_update_slice(ck, kq, at).astype(k.dtype)
-        values = jax.lax.dynamic_update_slice(cv, vq, at).astype(v.dtype)
-        return keys, values, allowed, (kq, vq)
+          keys = self.numerics.kv_load(read[0], read[2], k.dtype)
+          values = self.numerics.kv_load(read[1], read[3], v.dtype)
+        else:
+          keys, values = read[0].astype(k.dtype), read[1].astype(v.dtype)
+        return keys, values, allowed, bufs2
 
-      return _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot)
+      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot)
+      return (x, bufs), None
 
-    scales = ((window(cache.k_scale_LxBxSxK), window(cache.v_scale_LxBxSxK)) if quantized
-              else (jnp.zeros((cfg.num_layers,)), jnp.zeros((cfg.num_layers,))))
-    x, new = jax.lax.scan(layer, x, (params, window(cache.k_LxBxSxKxE),
-                                     window(cache.v_LxBxSxKxE)) + scales,
-                          unroll=self.scan_unroll)
-    put = lambda c, n: jax.lax.dynamic_update_slice(c, n, (zero, zero, idx) + (zero,) * (c.ndim - 3))
-    if quantized:
-      kq, vq, ks, vs = new
-      new_cache = KVCache(put(cache.k_LxBxSxKxE, kq), put(cache.v_LxBxSxKxE, vq), valid,
-                          idx + t, put(cache.k_scale_LxBxSxK, ks), put(cache.v_scale_LxBxSxK, vs))
-    else:
-      kq, vq = new
-      new_cache = KVCache(put(cache.k_LxBxSxKxE, kq), put(cache.v_LxBxSxKxE, vq), valid, idx + t)
+    (x, bufs), _ = jax.lax.scan(layer, (x, tuple(getattr(cache, n) for n in names)),
+                                (params, jnp.arange(cfg.num_layers)), unroll=self.scan_unroll)
+    new_cache = cache._replace(valid_BxS=valid, index=idx + t, **dict(zip(names, bufs)))
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
 
 
