@@ -1,11 +1,10 @@
 """Full RL steps of the main job, split per stage: this rljax vs an older rljax.
 
-    python bench/loop.py [--config configs/cort_grpo.py] [--steps 3] [--baseline main]
+    python bench/loop.py [--config configs/cort_grpo.py:cpu] [--steps 3] [--baseline main]
                          [--order base,new] [--set train.steps=3 ...]
 
-Runs `python -m rljax.train` with the main job's config (README: configs/cort_grpo.py,
-SmolLM2, 16 prompts x G=4, prompts padded to 160, 48 new tokens, CoRT replay, a
-checkpoint every step, eval after the last step) for --steps steps, once on this
+Runs `python -m rljax.train` with the main job's config (README: configs/cort_grpo.py:cpu
+on SmolLM2) for --steps steps, once on this
 checkout and once on the rljax tree of git rev BASE (default: the merge base with
 main), one after the other in fresh processes and fresh work dirs, and reads the stage
 times the trainer logs to metrics.jsonl: time/rollout_and_reward (sampling + rewards),
@@ -36,12 +35,12 @@ STAGES = ("time/rollout_and_reward", "time/train", "time/eval", "time/step")
 def run_trainer(src: str, config: str, steps: int, extra: list[str]) -> list[dict]:
   """Per-step metrics of one fresh run of rljax.train from the tree `src`."""
   work = tempfile.mkdtemp(prefix="bench_loop_")
-  cmd = [sys.executable, "-m", "rljax.train", f"--config={os.path.join(il.ROOT, config)}",
+  cmd = [sys.executable, "-m", "rljax.train", f"--config={os.path.join(src, config)}",
          f"--workdir={work}", f"--config.train.steps={steps}",
          "--config.log.plot=False", "--config.log.tensorboard=False"] + extra
   env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1"}
   t = time.time()
-  # cwd = src: `configs/` is read from the main checkout by absolute path; rljax from src.
+  # cwd = src: rljax and configs/ both come from the tree being timed.
   subprocess.run(cmd, check=True, env=env, cwd=src)
   print(f"{src}: {steps} steps in {time.time() - t:.0f}s", flush=True)
   with open(os.path.join(work, "metrics.jsonl")) as f:
@@ -52,7 +51,7 @@ def run_trainer(src: str, config: str, steps: int, extra: list[str]) -> list[dic
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--config", default="configs/cort_grpo.py")
+  ap.add_argument("--config", default="configs/cort_grpo.py:cpu")
   ap.add_argument("--steps", type=int, default=3)
   ap.add_argument("--baseline", default="main")
   ap.add_argument("--order", default="base,new")
