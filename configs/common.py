@@ -43,7 +43,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
   c.model = mlc.ConfigDict(dict(path=a.model, tiny=a.tiny, param_dtype="float32",
-                                dtype="float32", remat=False, tokenizer=""))
+                                dtype="float32", remat="none", attention="dense", tokenizer=""))
+  # remat: "none" | "dots" (keep matmul outputs) | "full"; attention: "dense" | "blockwise"
+  # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time.
   # a random tiny decoder (used when model.tiny); the tokenizer is still the model path's
   c.model.tiny_config = mlc.ConfigDict(dict(
       model_type="qwen3", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,

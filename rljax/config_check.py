@@ -82,6 +82,12 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"{cfg.model.param_dtype!r}; valid: float32, bfloat16")
   _need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype",
         f"{cfg.model.dtype!r}; valid: float32, bfloat16")
+  remat = cfg.model.get("remat", "none")
+  _need(remat in (False, True, "none", "dots", "full"), "model.remat",
+        f"{remat!r}; valid: none, dots, full")
+  attention = cfg.model.get("attention", "dense")
+  _need(attention in ("dense", "blockwise"), "model.attention",
+        f"{attention!r}; valid: dense, blockwise")
   try:
     path = resolve(cfg.model.path)
   except FileNotFoundError as e:

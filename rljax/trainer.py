@@ -111,11 +111,13 @@ class Trainer:
     eos = self.tokenizer.eos_token_id
     if c.tiny:
       mcfg = ModelConfig(vocab_size=len(self.tokenizer), eos_token_id=eos,
-                         param_dtype=c.param_dtype, dtype=c.dtype, **c.tiny_config.to_dict())
+                         param_dtype=c.param_dtype, dtype=c.dtype,
+                         attention=c.get("attention", "dense"), **c.tiny_config.to_dict())
       model = create_model(mcfg, mesh=self.mesh, seed=self.cfg.seed, remat=c.remat)
     else:
       model = load_model(resolve(c.path), mesh=self.mesh, remat=c.remat,
-                         param_dtype=c.param_dtype, dtype=c.dtype)
+                         param_dtype=c.param_dtype, dtype=c.dtype,
+                         attention=c.get("attention", "dense"))
     self.model_cfg = model.cfg
     k = self.cfg.rollout.record_topk
     if k > self.model_cfg.vocab_size:
