@@ -11,8 +11,8 @@ Contract with the trainer (SPEC §5: TIS / MIS / SC / BPO need the sampler's tru
     ids_BxT, mask_BxT = sequences(r)                              # prompt + response
     metrics = mismatch_metrics(r.logq_BxN, trainer_logp_BxN, r.mask_BxN)
 
-- Prompts are left-padded [B, P] with a 0/1 mask. `generate` repeats each prompt G =
-  `num_generations` times inside: the Rollout has B·G rows, row i·G + g is sample g of
+- Prompts are left-padded [B, P] with a 0/1 mask. `generate` prefills each prompt once and
+  copies its KV cache to its G = `num_generations` rows: the Rollout has B·G rows, row i·G + g is sample g of
   prompt i, so every group of G consecutive rows is one prompt's group (what the
   advantages need). `prompt_ids_BxP` / `prompt_mask_BxP` in the Rollout are repeated too.
 - `tokens_BxN`, `mask_BxN` (1 on generated tokens up to and including the stop token),
