@@ -43,8 +43,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
   c.model = mlc.ConfigDict(dict(path=a.model, tiny=a.tiny, param_dtype="float32",
-                                dtype="float32", remat="none", attention="dense", tokenizer=""))
-  # remat: "none" | "dots" (keep matmul outputs) | "full"; attention: "dense" | "blockwise"
+                                dtype="float32", remat=False, attention="dense", tokenizer=""))
+  # remat: False | True (rljax.models.Decoder also takes "dots": keep matmul outputs);
+  # attention: "dense" | "blockwise"
   # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time.
   # a random tiny decoder (used when model.tiny); the tokenizer is still the model path's
   c.model.tiny_config = mlc.ConfigDict(dict(
