@@ -210,7 +210,7 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
   prompts = b // r.num_generations
   slots = cache_slots(scfg, d.max_prompt_len)
   stop_ids = resolve_stop_ids(scfg, mcfg.eos_token_id)
-  prefill, decode = smp._build(graphdef, scfg, slots, stop_ids, mesh)
+  prefill, decode = smp._build(graphdef, scfg, slots, d.max_prompt_len, stop_ids, mesh)
   put = lambda s, t: jax.ShapeDtypeStruct(s, t, sharding=jax.sharding.NamedSharding(
       mesh, shd.logical_to_spec(("batch",) + (None,) * (len(s) - 1), s, mesh)))
   s_state = jax.tree.map(lambda x: x, abs_state)

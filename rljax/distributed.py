@@ -58,11 +58,23 @@ def is_writer() -> bool:
   return jax.process_index() == 0
 
 
+_BARRIER_COUNTS: dict[str, int] = {}
+BARRIER_TIMEOUT_S = int(os.environ.get("RLJAX_BARRIER_TIMEOUT_S", "1800"))
+
+
 def barrier(name: str) -> None:
-  """All processes wait here (a no-op on one process)."""
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    multihost_utils.sync_global_devices(name)
+  """All processes wait here (a no-op on one process).
+
+  A coordination-service barrier, not a device collective: a host may wait here for
+  minutes while process 0 prepares a dataset or writes a checkpoint (a gloo collective
+  gives up after 30 s). Each use of a name gets its own key, so a name can repeat.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax._src import distributed as jax_distributed
+  n = _BARRIER_COUNTS[name] = _BARRIER_COUNTS.get(name, -1) + 1
+  jax_distributed.global_state.client.wait_at_barrier(f"rljax:{name}:{n}",
+                                                      BARRIER_TIMEOUT_S * 1000)
 
 
 def any_process(flag: bool) -> bool:

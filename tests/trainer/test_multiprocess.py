@@ -83,7 +83,9 @@ def test_two_processes_equal_one_and_resume_after_kill(tmp_path):
   data, cache = str(tmp_path / "tfds"), str(tmp_path / "jit_cache")
   one, two = str(tmp_path / "one"), str(tmp_path / "two")
   log = str(tmp_path / "log")
-  single = subprocess.Popen(_cmd(one, data), cwd=ROOT, env=_env(4, cache),
+  # the single run prepares its own copy of the (deterministic) dataset: two runs
+  # preparing one directory at the same time would race on TFDS's rename
+  single = subprocess.Popen(_cmd(one, data + "_single"), cwd=ROOT, env=_env(4, cache),
                             stdout=open(log + ".single", "w"), stderr=subprocess.STDOUT)
   pair = _launch_pair(two, data, cache, log + ".a")
   t0 = time.time()
