@@ -128,3 +128,18 @@ def left_pad(rows: list[list[int]], pad_id: int, length: int | None = None):
   for i, r in enumerate(rows):
     ids[i, length - len(r):], mask[i, length - len(r):] = r, 1
   return ids, mask
+
+
+def study_main(study: str, run, doc: str, argv=None) -> dict:
+  """The CLI of a study: `[--quick] [--out DIR] [--seed S]` -> run(out, quick, seed)."""
+  import argparse
+  ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+  ap.add_argument("--quick", action="store_true")
+  ap.add_argument("--out", default=None)
+  ap.add_argument("--seed", type=int, default=0)
+  a = ap.parse_args(argv)
+  out = out_dir_for(study, a.out)
+  res = run(out, a.quick, a.seed)
+  print(open(f"{out}/table.md").read())
+  print(f"runtime {res['runtime_s']} s -> {out}")
+  return res

@@ -13,7 +13,6 @@ The seed's claim (CoRT Fig. 1): criterion-bearing tokens carry most of Δ.
 """
 from __future__ import annotations
 
-import argparse
 
 import jax
 import jax.numpy as jnp
@@ -291,15 +290,7 @@ def run(out: str, quick: bool = False, seed: int = 0) -> dict:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--quick", action="store_true")
-  ap.add_argument("--out", default=None)
-  ap.add_argument("--seed", type=int, default=0)
-  a = ap.parse_args(argv)
-  out = common.out_dir_for(STUDY, a.out)
-  res = run(out, a.quick, a.seed)
-  print(open(f"{out}/table.md").read())
-  print(f"runtime {res['runtime_s']} s -> {out}")
+  common.study_main(STUDY, run, __doc__, argv)
 
 
 if __name__ == "__main__":

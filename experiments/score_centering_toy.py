@@ -17,7 +17,6 @@ form used by the mismatch study (`estimators.expected_ascent_logits`) is checked
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import jax
@@ -250,15 +249,7 @@ def run(out: str, quick: bool = False, seed: int = 0) -> dict:
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--quick", action="store_true")
-  ap.add_argument("--out", default=None)
-  ap.add_argument("--seed", type=int, default=0)
-  a = ap.parse_args(argv)
-  out = common.out_dir_for(STUDY, a.out)
-  res = run(out, a.quick, a.seed)
-  print(open(f"{out}/table.md").read())
-  print(f"runtime {res['runtime_s']} s -> {out}")
+  common.study_main(STUDY, run, __doc__, argv)
 
 
 if __name__ == "__main__":
