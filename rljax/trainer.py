@@ -72,6 +72,18 @@ def build_step_parts(cfg: mlc.ConfigDict, vocab_size: int):
   return objective, optimizer, step_cfg
 
 
+def _numeric_rows(value, n: int):
+  """`value` as a numeric array with one entry per response, else None (reward info may hold
+  ragged per-response lists, e.g. the instruction ids each response followed)."""
+  if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != n:
+    return None
+  try:
+    arr = np.asarray(value)
+  except ValueError:  # ragged
+    return None
+  return arr if arr.ndim and arr.dtype.kind in "biuf" else None
+
+
 class Trainer:
   def __init__(self, cfg: mlc.ConfigDict, workdir: str):
     self.cfg, self.workdir = cfg, os.fspath(workdir)
@@ -231,8 +243,8 @@ class Trainer:
                                    num_threads=self.cfg.reward.num_threads)
     full = rows == slice(0, len(r.tokens_BxN))
     rewards = dist.gather_local(np.asarray(rewards, np.float32), full)
-    info = {k: dist.gather_local(np.asarray(v), full) for k, v in info.items()
-            if np.ndim(v) and len(v) == len(texts) and np.asarray(v).dtype.kind in "biuf"}
+    info = {k: dist.gather_local(a, full) for k, a in
+            ((k, _numeric_rows(v, len(texts))) for k, v in info.items()) if a is not None}
     info = dict(info, accuracy=rewards.copy())  # before shaping: what dynamic sampling reads
     cache = self.cfg.objective.overlong_cache
     if cache:  # DAPO soft overlong punishment, counted in tokens

@@ -153,3 +153,22 @@ def test_math_dataset_trains_with_math_accuracy(tmp_path):
   final = Trainer(cfg, str(tmp_path / "math")).run()
   assert "reward/mean" in final and "eval/reward_mean" in final
   assert "eval/prompt_level_strict" not in final  # no IF criteria in math tasks
+
+
+def test_numeric_rows_keeps_per_response_numbers_only():
+  from rljax.trainer import _numeric_rows
+  assert _numeric_rows([[True], [False, True]], 2) is None  # ragged per-criterion lists
+  assert _numeric_rows(["a", "b"], 2) is None
+  assert _numeric_rows([0.5, 1.0, 0.0], 2) is None  # not one per response
+  np.testing.assert_array_equal(_numeric_rows([0.5, 1.0], 2), [0.5, 1.0])
+
+
+def test_rubric_prompts_with_several_criteria_train(tmp_path):
+  """The main job's data (1 to 3 criteria per prompt): the reward's per-criterion lists are
+  ragged across responses and must not reach the numeric rollout info (this crashed the
+  README's main job at its first rollout)."""
+  cfg = _cfg(tmp_path, **{"data.min_criteria": 1, "data.max_criteria": 3,
+                          "data.instruction_ids": (), "data.batch_size": 32,
+                          "train.steps": 1, "eval.num_prompts": 2})
+  final = Trainer(cfg, str(tmp_path / "rubric3")).run()
+  assert np.isfinite(final["reward/mean"])
