@@ -89,7 +89,8 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
                                      async_save=True))
   # held-out eval every `every` steps (and at the end); samples.jsonl gets num_samples of it
   # eval.path: an IFEval-format JSONL (e.g. IFBench_test.jsonl) instead of the held-out split
-  c.eval = mlc.ConfigDict(dict(every=4, num_prompts=16, num_samples=4, path=""))
+  # at_start: also evaluate the initial policy (logged as step 0, the curve's baseline)
+  c.eval = mlc.ConfigDict(dict(every=4, num_prompts=16, num_samples=4, path="", at_start=True))
   c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))
   if a.cpu:
     apply_cpu(c)
@@ -119,7 +120,7 @@ def apply_tiny(c: mlc.ConfigDict) -> None:
   c.train.inner_epochs, c.train.num_minibatches = 2, 2  # 4 PPO updates, 1 group each
   c.optim.lr = 1e-2
   c.train.steps = 4
-  c.eval.num_prompts = 4
+  c.eval.num_prompts, c.eval.at_start = 4, False
   c.log.tensorboard = False
   c.log.plot = False
 

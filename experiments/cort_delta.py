@@ -159,51 +159,17 @@ def per_criterion(recs, n_boot: int, seed: int) -> list[dict]:
 
 def heatmap(recs, tok, path: str, n_show: int, width: int = 110) -> None:
   """A few responses, each token on a background coloured by w̃; criterion tokens boxed."""
-  plt = common.pyplot()
-  import matplotlib
-  from matplotlib import cm, colors
+  from rljax.plot import token_heatmap
   pick = sorted(range(len(recs)), key=lambda i: (-int(recs[i]["label"].sum()), i))[:n_show]
-  norm = colors.Normalize(0.75, 1.25)
-  cmap = matplotlib.colormaps["coolwarm"]
-  lines = []  # (response index, [(token text, w, label)])
+  rows = []
   for i in pick:
     r = recs[i]
-    cur, length = [], 0
-    lines.append((i, None))
-    for t, w, lab in zip(r["ids"], r["w_raw"], r["label"]):
-      s = tok.decode([t], skip_special_tokens=True).replace("\n", "⏎ ")
-      if length + len(s) > width and cur:
-        lines.append((i, cur))
-        cur, length = [], 0
-      cur.append((s, float(w), bool(lab)))
-      length += len(s)
-    if cur:
-      lines.append((i, cur))
-  fs = 7  # monospace: one character is 0.6 fs points wide, so x is in characters
-  h = 0.2 * len(lines) + 1.0
-  fig = plt.figure(figsize=(width * 0.64 * fs / 72 / 0.96, h))
-  ax = fig.add_axes([0.02, 0.8 / h, 0.96, 1 - 0.9 / h])
-  ax.set_xlim(0, width)
-  ax.set_ylim(len(lines), 0)
-  ax.axis("off")
-  for y, (i, toks) in enumerate(lines):
-    if toks is None:
-      r = recs[i]
-      crit = ", ".join(c["id"].split(":")[1] for c in r["criteria"])
-      ax.text(0, y + 0.7, f"[{r['id']}] criteria: {crit}  (CSR {r['csr']:.2f})",
-              fontsize=7, weight="bold", family="monospace")
-      continue
-    x = 0.0
-    for s, w, lab in toks:
-      ax.text(x, y + 0.7, s, fontsize=7, family="monospace",
-              bbox=dict(boxstyle="square,pad=0.05", fc=cmap(norm(w)),
-                        ec="black" if lab else "none", lw=0.8))
-      x += len(s)
-  cax = fig.add_axes([0.3, 0.45 / h, 0.4, 0.12 / h])
-  cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
-  cb.set_label("w̃ = 1 + ηλ(σ(Δ/τ) − ½), λ=1 (dimensionless); boxed = criterion token", fontsize=7)
-  fig.savefig(path)
-  plt.close(fig)
+    crit = ", ".join(c["id"].split(":")[1] for c in r["criteria"])
+    rows.append({"title": f"[{r['id']}] criteria: {crit}  (CSR {r['csr']:.2f})",
+                 "tokens": [tok.decode([t], skip_special_tokens=True) for t in r["ids"]],
+                 "values": r["w_raw"], "boxed": r["label"]})
+  token_heatmap(rows, path, width=width, label="w̃ = 1 + ηλ(σ(Δ/τ) − ½), λ=1 "
+                "(dimensionless); boxed = criterion token")
 
 
 def histogram(recs, path: str) -> None:

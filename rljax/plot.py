@@ -52,6 +52,61 @@ def plot_runs(run_dirs, out_dir: str) -> list[str]:
   return paths
 
 
+def token_heatmap(rows, path: str, *, vmin: float = 0.75, vmax: float = 1.25,
+                  label: str = "w̃ (dimensionless)", width: int = 110) -> str:
+  """Responses drawn token by token on a background coloured by a per-token value.
+
+  rows: [{"title": str, "tokens": [str], "values": [float], "boxed": [bool] (optional)}];
+  a boxed token gets a black frame (e.g. a criterion-bearing token). Writes a PNG (local
+  path or bucket) and returns its path."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib import cm, colors
+  norm = colors.Normalize(vmin, vmax)
+  cmap = matplotlib.colormaps["coolwarm"]
+  lines = []  # a title (str) or a list of (token text, value, boxed)
+  for row in rows:
+    lines.append(row["title"])
+    cur, length = [], 0
+    boxed = row.get("boxed") or [False] * len(row["tokens"])
+    for t, v, b in zip(row["tokens"], row["values"], boxed):
+      t = t.replace("\n", "⏎ ")
+      if length + len(t) > width and cur:
+        lines.append(cur)
+        cur, length = [], 0
+      cur.append((t, float(v), bool(b)))
+      length += len(t)
+    if cur:
+      lines.append(cur)
+  fs = 7  # monospace: one character is 0.6 fs points wide, so x is in characters
+  h = 0.2 * len(lines) + 1.0
+  fig = plt.figure(figsize=(width * 0.64 * fs / 72 / 0.96, h))
+  ax = fig.add_axes([0.02, 0.8 / h, 0.96, 1 - 0.9 / h])
+  ax.set_xlim(0, width)
+  ax.set_ylim(len(lines), 0)
+  ax.axis("off")
+  for y, line in enumerate(lines):
+    if isinstance(line, str):
+      ax.text(0, y + 0.7, line, fontsize=fs, weight="bold", family="monospace")
+      continue
+    x = 0.0
+    for t, v, b in line:
+      ax.text(x, y + 0.7, t, fontsize=fs, family="monospace",
+              bbox=dict(boxstyle="square,pad=0.05", fc=cmap(norm(v)),
+                        ec="black" if b else "none", lw=0.8))
+      x += len(t)
+  cax = fig.add_axes([0.3, 0.45 / h, 0.4, 0.12 / h])
+  cb = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), cax=cax, orientation="horizontal")
+  cb.set_label(label, fontsize=7)
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png")
+  plt.close(fig)
+  rpaths.makedirs(os.path.dirname(path) or ".")
+  rpaths.path(path).write_bytes(buf.getvalue())
+  return path
+
+
 def main(argv=None):
   from rljax import cli
   ap = cli.parser("python -m rljax.plot", __doc__)

@@ -8,6 +8,7 @@ preemption) saves at the end of the current step and exits cleanly.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -252,7 +253,8 @@ class Trainer:
           jnp.asarray(r.mask_BxN.sum(1)), self.cfg.rollout.max_new_tokens, cache)))
       rewards = rewards + info["overlong_penalty"]
     return dict(r=r, plus=(r.prompt_ids_BxP[::g], r.prompt_mask_BxP[::g]),
-                minus=minus, rewards=rewards, info=info)
+                minus=minus, rewards=rewards, info=info,
+                examples=[examples[i // g] for i in range(rows.start, rows.stop)])
 
   def _prompt_rows(self, num_prompts: int) -> slice:
     return dist.local_rows_of(self.mesh, (num_prompts, self.cfg.data.max_prompt_len))
@@ -380,6 +382,67 @@ class Trainer:
                                          self.cfg.eval.get("num_samples", 4)))
     return {f"eval/{k}": v for k, v in out.items() if isinstance(v, (int, float))}
 
+  def token_weight_heatmap(self, batch: dict, roll: dict, num_show: int = 4) -> dict:
+    """CoRT's token credit on the last rollout batch, scored by the final policy: the
+    weight w̃ = Â/A that the objective's token transforms give each response token (the
+    replay forward and the transform chain of the step, run with A = 1), with Δ = ℓ⁺ − ℓ⁻.
+    Writes `plots/cort_weights.png` (the `num_show` best-rewarded responses of distinct
+    groups, tokens coloured by w̃) and `cort_weights.json`; returns the JSON record."""
+    from rljax.plot import token_heatmap
+    from rljax.train_step import apply_transforms, score_batch
+    sc = dataclasses.replace(self.step_cfg, fused_scoring=False)
+    ones = dict(batch, adv_B=np.ones_like(batch["adv_B"]))
+    graphdef = self.graphdef
+
+    def weights(state, b, ref):
+      scores = score_batch(graphdef, state.params, b, sc, ref)
+      w, _, m = apply_transforms(state.transform_state, b, scores, sc)
+      lam = [v for k, v in m.items() if k.endswith("lambda")]
+      return w, scores["plus_logp_BxN"] - scores["minus_logp_BxN"], (lam or [jnp.nan])[0]
+
+    w, delta, lam = dist.gather(jax.jit(weights)(
+        self.state, dist.put_global(ones, self._batch_sh(ones)), self.ref_params))
+    if not dist.is_writer():
+      return {}
+    g, n = self.cfg.rollout.num_generations, batch["mask_BxN"].shape[1]
+    mask, rewards = batch["mask_BxN"] > 0, np.asarray(roll["rewards"])
+    best = [grp * g + int(np.argmax(rewards[grp * g:(grp + 1) * g]))
+            for grp in range(len(rewards) // g)]
+    best = sorted((i for i in best if mask[i].any()), key=lambda i: -rewards[i])[:num_show]
+    examples = roll.get("examples") or []
+    rows = []
+    for i in best:
+      ids = [int(t) for t in batch["tokens_BxL"][i, -n:][mask[i]]]
+      ex = examples[i] if i < len(examples) else {}
+      crit = ", ".join(c.split(":")[-1] for c in ex.get("instruction_id_list", []))
+      rows.append({"row": int(i), "reward": float(rewards[i]), "criteria": crit, "ids": ids,
+                   "tokens": [self.tokenizer.decode([t]) for t in ids],
+                   "w": [float(x) for x in w[i][mask[i]]],
+                   "delta": [float(x) for x in delta[i][mask[i]]]})
+    rec = {"step": int(self.cfg.train.steps), "lambda": float(lam), "rows": rows}
+    paths.write_text(os.path.join(self.workdir, "cort_weights.json"), json.dumps(rec))
+    token_heatmap([{"title": f"row {r['row']}  reward {r['reward']:.2f}" + (
+        f"  criteria: {r['criteria']}" if r["criteria"] else ""), "tokens": r["tokens"],
+                    "values": r["w"]} for r in rows],
+                  os.path.join(self.workdir, "plots", "cort_weights.png"),
+                  label=f"CoRT token weight w̃ = Â/A after the final step (λ = {float(lam):.2f}; "
+                  "dimensionless)")
+    return rec
+
+  def _eval_at_start(self) -> None:
+    """Held-out eval of the initial policy, logged as step 0: the baseline of the curve."""
+    t0 = time.time()
+    ev = self.evaluate(step=0)
+    if not ev:
+      return
+    ev["time/eval"] = time.time() - t0
+    self.log.write(0, ev)
+    if dist.is_writer():
+      shown = "  ".join(f"{k.split('/', 1)[1]} {ev[k]:.3g}" for k in (
+          "eval/reward_mean", "eval/prompt_level_strict", "eval/instruction_level_strict")
+          if k in ev)
+      print(f"[before training] held-out {shown}  ({ev['time/eval']:.0f}s)", flush=True)
+
   def _meta(self, step: int, metrics: dict) -> dict:
     return {"step": step, "seed": self.cfg.seed, "data": self.batches.get_state(),
             "sampler_sync": self.sync.state_dict(),
@@ -428,10 +491,14 @@ class Trainer:
             "Raise --config.train.steps to continue, or use a new --workdir.", flush=True)
       return self._finished
     start = self._restore()
-    self.log.truncate_after(start)  # steps after the checkpoint are rewritten, not doubled
+    # steps after the checkpoint are rewritten, not doubled (a fresh run: everything)
+    self.log.truncate_after(start if start else -1)
+    if start == 0 and cfg.eval.get("at_start", False):
+      self._eval_at_start()
     prev = signal.signal(signal.SIGTERM, lambda *_: setattr(self, "_stop", True))
     key = jax.random.key(cfg.seed)
     metrics: dict = {}
+    last = None
     try:
       for step in range(start, cfg.train.steps):
         t0 = time.time()
@@ -439,6 +506,7 @@ class Trainer:
         t1 = time.time()
         batch = self._assemble(roll)
         self.state, step_metrics = self._update(step, batch)
+        last = (batch, roll)
         t2 = time.time()
         metrics = {**step_metrics, **_rollout_metrics(roll, batch),
                    "rollout/lag": self.sync.lag(step), "rollout/resample_tries": tries,
@@ -466,6 +534,8 @@ class Trainer:
       signal.signal(signal.SIGTERM, prev)
       self.log.close()
       self.ckpt.close()
+    if cfg.log.plot and not self._stop and self.step_cfg.replay and last is not None:
+      self.token_weight_heatmap(*last)
     if dist.is_writer():
       if cfg.log.plot and not self._stop:
         from rljax.plot import plot_runs
@@ -496,6 +566,7 @@ def _refill(roll, keep, extra, ekeep, g):
   bad = [i for i, k in enumerate(keep) if not k]
   good = [i for i, k in enumerate(ekeep) if k]
   roll = dict(roll)
+  roll.pop("examples", None)  # rows were replaced: this host's example list is stale
   for dst, src in zip(bad, good):
     sl_d, sl_s = slice(dst * g, (dst + 1) * g), slice(src * g, (src + 1) * g)
     r, e = roll["r"], extra["r"]

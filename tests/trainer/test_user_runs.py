@@ -172,3 +172,28 @@ def test_rubric_prompts_with_several_criteria_train(tmp_path):
                           "train.steps": 1, "eval.num_prompts": 2})
   final = Trainer(cfg, str(tmp_path / "rubric3")).run()
   assert np.isfinite(final["reward/mean"])
+
+
+def test_eval_at_start_and_cort_token_weight_heatmap(tmp_path):
+  """The main job's curve starts at a step-0 held-out eval, and the run leaves a heat-map of
+  CoRT's token weights: w̃ = Â/A of the step's own replay + transform chain, which must equal
+  SPEC §3's w̃ recomputed from the logged Δ and λ (η = 0.5, τ = 1, per-response mean 1)."""
+  import jax.numpy as jnp
+  from rljax.objectives import CortConfig, cort_weights
+  cfg = _cfg(tmp_path, **{"eval.at_start": True, "log.plot": True,
+                          "objective.transform_kwargs": {"cort": {"ramp_steps": 1}}})
+  wd = str(tmp_path / "heat")
+  Trainer(cfg, wd).run()
+  recs = read_metrics(wd)
+  assert recs[0]["step"] == 0 and "eval/prompt_level_strict" in recs[0]
+  assert [r["step"] for r in recs] == [0, 1, 2]
+  assert os.path.getsize(os.path.join(wd, "plots", "cort_weights.png")) > 10_000
+  rec = json.load(open(os.path.join(wd, "cort_weights.json")))
+  assert rec["lambda"] == 1.0 and rec["rows"]
+  for row in rec["rows"]:
+    delta = jnp.asarray([row["delta"]])
+    want, _ = cort_weights(delta, jnp.ones_like(delta), jnp.float32(rec["lambda"]),
+                           CortConfig())
+    np.testing.assert_allclose(row["w"], np.asarray(want)[0], atol=1e-5)
+    assert len(row["tokens"]) == len(row["ids"]) == len(row["w"])
+    assert np.std(row["w"]) > 0  # Δ differs across tokens
