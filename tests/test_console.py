@@ -20,3 +20,39 @@ def test_console_line_and_compile_reported_once(tmp_path, capsys):
   w.close()
   rows = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
   assert rows == [{"step": 4, "prompt": "p", "response": "r", "reward": 1.0}]
+
+
+def _tb_events(tb_dir):
+  """Every Event in the TensorBoard files of `tb_dir` (TFRecord framing read by hand)."""
+  import glob
+  import struct
+  from tensorboardX.proto import event_pb2
+  events = []
+  for path in sorted(glob.glob(f"{tb_dir}/events.out.tfevents.*")):
+    data = open(path, "rb").read()
+    i = 0
+    while i < len(data):
+      (n,) = struct.unpack("<Q", data[i:i + 8])
+      ev = event_pb2.Event()
+      ev.ParseFromString(data[i + 12:i + 12 + n])
+      events.append(ev)
+      i += 12 + n + 4
+  return events
+
+
+def test_samples_reach_tensorboard_text(tmp_path):
+  """Each eval's samples are also a TensorBoard text summary at that step."""
+  w = MetricsWriter(str(tmp_path), tensorboard=True, total_steps=8)
+  w.write(4, {"reward/mean": 0.25})
+  w.samples(4, [{"prompt": "Name a fruit.", "response": "apple", "reward": 1.0}])
+  w.close()
+  texts = [(ev.step, v.tag, v.tensor.string_val[0].decode())
+           for ev in _tb_events(tmp_path / "tb") for v in ev.summary.value
+           if v.tensor.string_val]
+  assert len(texts) == 1
+  step, tag, md = texts[0]
+  assert step == 4 and tag.startswith("samples")
+  assert "Name a fruit." in md and "apple" in md and "1.0" in md
+  scalars = [(ev.step, v.tag, v.simple_value) for ev in _tb_events(tmp_path / "tb")
+             for v in ev.summary.value if v.tag == "reward/mean"]
+  assert scalars == [(4, "reward/mean", 0.25)]

@@ -180,13 +180,16 @@ def test_eval_at_start_and_cort_token_weight_heatmap(tmp_path):
   SPEC §3's w̃ recomputed from the logged Δ and λ (η = 0.5, τ = 1, per-response mean 1)."""
   import jax.numpy as jnp
   from rljax.objectives import CortConfig, cort_weights
-  cfg = _cfg(tmp_path, **{"eval.at_start": True, "log.plot": True,
+  cfg = _cfg(tmp_path, **{"eval.at_start": True, "log.plot": True, "eval.every": 1,
+                          "eval.num_samples": 2,
                           "objective.transform_kwargs": {"cort": {"ramp_steps": 1}}})
   wd = str(tmp_path / "heat")
   Trainer(cfg, wd).run()
   recs = read_metrics(wd)
-  assert recs[0]["step"] == 0 and "eval/prompt_level_strict" in recs[0]
   assert [r["step"] for r in recs] == [0, 1, 2]
+  assert all("eval/prompt_level_strict" in r for r in recs)  # at start and every step
+  samples = [json.loads(line)["step"] for line in open(os.path.join(wd, "samples.jsonl"))]
+  assert samples == [0, 0, 1, 1, 2, 2]
   assert os.path.getsize(os.path.join(wd, "plots", "cort_weights.png")) > 10_000
   rec = json.load(open(os.path.join(wd, "cort_weights.json")))
   assert rec["lambda"] == 1.0 and rec["rows"]
