@@ -14,6 +14,7 @@ PANELS = (("actor/grad_norm", "actor grad norm"),
           ("transform/cort/raw_weight_mean", "mean token weight (before normalization)"),
           ("actor/entropy", "actor entropy"))
 REWARDS = (("reward/mean", "reward"), ("reward/csr", "CSR"), ("reward/aon", "AON"),
+           ("eval/reward_mean", "held-out reward (CSR with reward csr)"),
            ("eval/prompt_level_strict", "held-out IFEval-P (strict)"))
 
 
