@@ -199,7 +199,9 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
     shapes["head_logq_BxNxK"] = ((b, n, step_cfg.head_k), f32)
   batch = {k: jax.ShapeDtypeStruct(s, t, sharding=shd.batch_sharding(mesh, len(s)))
            for k, (s, t) in shapes.items()}
-  ref = params if step_cfg.use_ref else None
+  # a frozen reference copy, as the trainer holds one (KL, or the CoRT replay scored by it)
+  need_ref = step_cfg.use_ref or (step_cfg.replay and step_cfg.replay_policy == "ref")
+  ref = params if need_ref else None
   sh = lambda tree: None if tree is None else jax.tree.map(lambda x: x.sharding, tree)
   t = cfg.train
   if step_cfg.fused_scoring:  # what Trainer._update jits: the fused step, or update_batch
