@@ -10,11 +10,12 @@ gradient accumulation that fit there (experiments/README.md, "Pods: AOT compile"
 from configs.common import base_config, parse_arg
 
 # model -> (topology, mesh shape, grad_accum); all fsdp over the slice, f32 master params,
-# bf16 matmuls, rematerialized layers
+# bf16 matmuls, rematerialized layers. grad_accum splits each 32-row mini-batch into
+# micro-batches of whole groups with at least one row per chip.
 SETTINGS = {
-    "qwen3_4b": ("v5p:2x2x2", (1, -1, 1), 8),
-    "qwen2_5_7b": ("v5p:2x2x4", (1, -1, 1), 8),
-    "qwen3_14b": ("v5p:2x4x4", (1, -1, 1), 4),
+    "qwen3_4b": ("v5p:2x2x2", (1, -1, 1), 2),
+    "qwen2_5_7b": ("v5p:2x2x4", (1, -1, 1), 2),
+    "qwen3_14b": ("v5p:2x4x4", (1, -1, 1), 1),
 }
 
 
@@ -33,7 +34,8 @@ def get_config(arg=None):
   c.data.num_train, c.data.num_heldout, c.data.max_criteria = 8192, 512, 4
   c.rollout.num_generations, c.rollout.max_new_tokens = 8, 2048
   c.train.grad_accum, c.train.steps, c.train.logprob_chunk = accum, 500, 512
-  c.train.inner_epochs, c.train.num_minibatches = 1, 1  # one fused update per rollout batch
+  # the paper's μ = 4 PPO updates per rollout batch: 4 mini-batches of 4 whole groups
+  c.train.inner_epochs, c.train.num_minibatches = 1, 4
   c.optim.lr, c.optim.warmup_steps = 1e-6, 10
   c.checkpoint.every, c.eval.every, c.eval.num_prompts = 25, 25, 128
   return c

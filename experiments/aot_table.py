@@ -1,5 +1,7 @@
 """Markdown table of the AOT reports in experiments/results/aot/*.json (python -m rljax.aot
---out ...): model x slice -> fits?, per-chip HBM, FLOPs per RL step, time at peak."""
+--out ...): model x slice -> fits?, per-chip HBM, FLOPs per RL step, time at peak. "train"
+is the program the trainer jits for one rollout batch: the fused step (μ = 1) or the
+multi-update program (scoring forward + a scan over μ updates)."""
 import glob
 import json
 import os
@@ -16,8 +18,9 @@ def row(rep: dict) -> str:
   mesh = "x".join(str(v) for v in rep["mesh"].values())
   fits = ("yes" if rep["fits"] else "**no**: XLA compile-time HBM OOM" if rep.get("error")
           else "**no**")
+  mu = f"{rep.get('updates_per_step', 1)} / {rep.get('grad_accum', '-')}"
   return (f"| {rep.get('config') or name} | {rep['topology']} ({rep['chips']} x "
-          f"{rep['chip']}) | {mesh} | {fits} | "
+          f"{rep['chip']}) | {mesh} | {mu} | {fits} | "
           f"{gib(rep['peak_hbm_per_chip'])} / {gib(rep['hbm_per_chip'])} | "
           f"{gib(p['train_step']['total'])} | {gib(p['prefill']['total'])} | "
           f"{gib(p['decode']['total'])} | {rep['flops']['total']:.3g} | "
@@ -26,10 +29,10 @@ def row(rep: dict) -> str:
 
 def main(paths):
   reps = [json.load(open(p)) for p in sorted(paths)]
-  print("| config | slice | mesh (data x fsdp x tensor) | fits? | peak HBM / chip (GiB) | "
-        "train step (GiB) | prefill (GiB) | decode (GiB) | FLOPs per RL step | "
-        "time at peak | compile |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|")
+  print("| config | slice | mesh (data x fsdp x tensor) | μ / grad_accum | fits? | "
+        "peak HBM / chip (GiB) | train (GiB) | prefill (GiB) | decode (GiB) | "
+        "FLOPs per RL step | time at peak | compile |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
   for rep in reps:
     print(row(rep))
 

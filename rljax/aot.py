@@ -1,9 +1,12 @@
 """`python -m rljax.aot --config configs/pod.py:model=qwen3_4b --topology v5p:2x2x2`
 
 Compiles, for a TPU slice and without TPU hardware (the `libtpu` wheel from
-requirements-tpu-aot.txt), the run's real programs: the jitted train step the trainer
-uses (`jit_train_step` with the config's StepConfig, optimizer and shardings) and the
-sampler's prefill and decode (`rljax.rollout.sampler._build`). Parameters are shapes
+requirements-tpu-aot.txt), the run's real programs: what the trainer jits for one rollout
+batch, with the config's StepConfig, optimizer and shardings — the fused step
+(`jit_train_step`) when μ = inner_epochs × num_minibatches = 1, else the multi-update
+program (`jit_update_batch`: the π_old / replay scoring forward, the token transforms and
+the `lax.scan` over μ mini-batch updates) — and the sampler's prefill and decode
+(`rljax.rollout.sampler._build`). Parameters are shapes
 only (`nnx.eval_shape`), so a model's config.json is all it needs. Prints, per chip, the
 HBM each program needs (arguments, temporaries, outputs, less donated aliases) against
 the chip's capacity, the FLOPs of one RL step (counted analytically: XLA's
@@ -93,10 +96,13 @@ def _compile(lowered):
 
 
 def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, remat: bool,
-               replay: bool, use_ref: bool) -> dict:
+               replay: bool, use_ref: bool, epochs: int = 1, num_minibatches: int = 1) -> dict:
   """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
-  and the fused train step (forward, backward, remat recompute, replay and ref forwards).
-  Attention is counted dense over its key span (what the code computes, masked)."""
+  and the training of one rollout batch. μ = epochs × num_minibatches = 1: the fused step
+  (forward, backward, remat recompute, replay and ref forwards). μ > 1: one scoring
+  forward of π_old (and the replay) over the batch, then every row trained `epochs` times
+  (each update: forward, backward, remat, ref forward). Attention is counted dense over
+  its key span (what the code computes, masked)."""
   c = mcfg
   d, e, h, k, f, v, n_l = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads,
                            c.intermediate_size, c.vocab_size, c.num_layers)
@@ -110,21 +116,23 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
   prefill = rows * (fwd(prompt, slots) + unembed)
   decode = rows * (response - 1) * (fwd(1, slots) + unembed)
   length = prompt + response
+  score = lambda t: rows * (fwd(t, t) + 2 * unembed * response)  # a forward-only pass
   policy = rows * ((3 + int(remat)) * fwd(length, length) + 4 * unembed * response)
-  extra = 0
-  if replay:
-    m = replay_prompt + response
-    extra += rows * (fwd(m, m) + 2 * unembed * response)
-  if use_ref:
-    extra += rows * (fwd(length, length) + 2 * unembed * response)
-  train = policy + extra
-  return {"prefill": prefill, "decode": decode, "train_step": train,
+  replay_fwd = score(replay_prompt + response) if replay else 0
+  ref = score(length) if use_ref else 0
+  if epochs * num_minibatches == 1:  # the fused step: π_old = sg(π_θ) of its own forward
+    train, scoring = policy + replay_fwd + ref, 0
+  else:
+    scoring = score(length) + replay_fwd
+    train = scoring + epochs * (policy + ref)
+  return {"prefill": prefill, "decode": decode, "train_step": train, "scoring": scoring,
           "total": prefill + decode + train}
 
 
-def compile_run(cfg, topology: str) -> dict:
-  """Compiles the train step and the sampler for `topology`; the report as a dict. A program
-  XLA cannot fit in HBM ends the report there with fits=False and XLA's message."""
+def compile_run(cfg, topology: str, sampler: bool = True) -> dict:
+  """Compiles the train program and (with `sampler`) the sampler for `topology`; the report
+  as a dict. A program XLA cannot fit in HBM ends the report there with fits=False and
+  XLA's message."""
   from flax import nnx
   from rljax import sharding as shd
   from rljax.config_check import validate_config
@@ -143,23 +151,23 @@ def compile_run(cfg, topology: str) -> dict:
   pure = nnx.to_pure_dict(abs_state)
   params = _shaped(pure, shd.param_shardings(pure, mesh))
   objective, optimizer, step_cfg = build_step_parts(cfg, mcfg.vocab_size)
-  if not step_cfg.fused_scoring:
-    raise ValueError("rljax.aot compiles the fused train step: set train.inner_epochs = "
-                     "train.num_minibatches = 1 (the mini-batch update is not covered yet)")
   report = {"topology": topology, "chip": kind, "chips": len(devices),
             "mesh": dict(mesh.shape), "hbm_per_chip": hbm, "peak_flops_per_chip": peak,
             "model": {k: getattr(mcfg, k) for k in (
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
                 "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype")},
             "remat": remat, "programs": {}}
-  d, r = cfg.data, cfg.rollout
+  d, r, t = cfg.data, cfg.rollout, cfg.train
+  mu = 1 if step_cfg.fused_scoring else t.inner_epochs * t.num_minibatches
+  report.update(updates_per_step=mu, grad_accum=t.grad_accum, rows=d.batch_size)
   flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
-                     r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref)
+                     r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref,
+                     epochs=t.inner_epochs, num_minibatches=t.num_minibatches)
   report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
   t0 = time.time()
   try:
     _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
-                      optimizer, step_cfg)
+                      optimizer, step_cfg, sampler)
   except DoesNotFit as e:
     report.update(fits=False, error=str(e), peak_hbm_per_chip=None)
   report["compile_seconds"] = time.time() - t0
@@ -167,15 +175,13 @@ def compile_run(cfg, topology: str) -> dict:
 
 
 def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
-                      optimizer, step_cfg):
+                      optimizer, step_cfg, sampler=True):
+  """The train program (report["programs"]["train_step"]) and the sampler's, and the peak."""
   import jax
   import jax.numpy as jnp
-  from flax import nnx
   from rljax import sharding as shd
-  from rljax.config_check import sampler_config
-  from rljax.rollout import sampler as smp
-  from rljax.rollout.config import cache_slots, resolve_stop_ids
   from rljax.train_step import init_state, jit_train_step
+  from rljax.update import jit_update_batch
   # the train state in the shardings the trainer creates it in (shd.init_sharded)
   init_fn = lambda p: init_state(p, optimizer, objective)
   state = _shaped(jax.eval_shape(init_fn, params), shd.state_shardings(init_fn, params, mesh))
@@ -193,19 +199,52 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
     shapes["head_logq_BxNxK"] = ((b, n, step_cfg.head_k), f32)
   batch = {k: jax.ShapeDtypeStruct(s, t, sharding=shd.batch_sharding(mesh, len(s)))
            for k, (s, t) in shapes.items()}
-  ref = params if step_cfg.use_ref else None
-  step = jit_train_step(graphdef, optimizer, step_cfg, cfg.train.grad_accum,
-                        jax.tree.map(lambda x: x.sharding, state),
-                        jax.tree.map(lambda x: x.sharding, batch),
-                        None if ref is None else jax.tree.map(lambda x: x.sharding, ref),
-                        shd.replicated(mesh))
-  compiled = _compile(step.lower(state, batch, ref))
+  # a frozen reference copy, as the trainer holds one (KL, or the CoRT replay scored by it)
+  need_ref = step_cfg.use_ref or (step_cfg.replay and step_cfg.replay_policy == "ref")
+  ref = params if need_ref else None
+  sh = lambda tree: None if tree is None else jax.tree.map(lambda x: x.sharding, tree)
+  t = cfg.train
+  if step_cfg.fused_scoring:  # what Trainer._update jits: the fused step, or update_batch
+    step = jit_train_step(graphdef, optimizer, step_cfg, t.grad_accum, sh(state), sh(batch),
+                          sh(ref), shd.replicated(mesh))
+    compiled = _compile(step.lower(state, batch, ref))
+  else:
+    step = jit_update_batch(graphdef, optimizer, step_cfg, epochs=t.inner_epochs,
+                            num_minibatches=t.num_minibatches, grad_accum=t.grad_accum,
+                            state_shardings=sh(state), batch_shardings=sh(batch),
+                            ref_shardings=sh(ref), replicated=shd.replicated(mesh))
+    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=shd.replicated(mesh))
+    compiled = _compile(step.lower(state, batch, ref, key))
+  report["train_program"] = "train_step" if step_cfg.fused_scoring else "update_batch"
   report["programs"]["train_step"] = _memory(compiled)
+  # XLA counts each scan body (layers, μ updates, grad_accum micro-batches) once
   report["programs"]["train_step"]["xla_flops_scan_once"] = float(
       (compiled.cost_analysis() or {}).get("flops", 0.0))
   report["state_bytes_per_chip"] = _per_chip_bytes(state)
   report["opt_state_bytes_per_chip"] = _per_chip_bytes(state.opt_state)
-  # the sampler: prefill + decode on the trainer's params (rollout.copy="none" shares them)
+  if sampler:
+    _compile_sampler(report, cfg, mcfg, mesh, graphdef, abs_state, params)
+  # peak per chip: the train program (state donated in place), or a sampler program plus
+  # the optimizer state that stays resident while it runs
+  opt = report["opt_state_bytes_per_chip"]
+  progs = report["programs"]
+  peak_bytes = max([progs["train_step"]["total"]] + [progs[k]["total"] + opt for k in
+                                                     ("prefill", "decode") if k in progs])
+  hbm = report["hbm_per_chip"]
+  report.update(peak_hbm_per_chip=peak_bytes, fits=bool(hbm) and peak_bytes <= hbm)
+
+
+def _compile_sampler(report, cfg, mcfg, mesh, graphdef, abs_state, params):
+  """The sampler's prefill and decode on the trainer's params (rollout.copy="none")."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from rljax import sharding as shd
+  from rljax.config_check import sampler_config
+  from rljax.rollout import sampler as smp
+  from rljax.rollout.config import cache_slots, resolve_stop_ids
+  d, r = cfg.data, cfg.rollout
+  b, i32 = d.batch_size, jnp.int32
   scfg = sampler_config(cfg, stop_ids=(mcfg.eos_token_id or 0,), pad_id=0)
   prompts = b // r.num_generations
   slots = cache_slots(scfg, d.max_prompt_len)
@@ -223,20 +262,13 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
   ds = _shaped(ds_shape, pre.output_shardings[0])
   dec = _compile(decode.lower(s_state, ds))
   report["programs"]["decode"] = _memory(dec)
-  # peak per chip: the step (state donated in place), or a sampler program plus the
-  # optimizer state that stays resident while it runs
-  opt = report["opt_state_bytes_per_chip"]
-  peak_bytes = max(report["programs"]["train_step"]["total"],
-                   report["programs"]["prefill"]["total"] + opt,
-                   report["programs"]["decode"]["total"] + opt)
-  hbm = report["hbm_per_chip"]
-  report.update(peak_hbm_per_chip=peak_bytes, fits=bool(hbm) and peak_bytes <= hbm)
 
 
 def format_report(rep: dict) -> str:
   gib = lambda x: f"{x / 2**30:.2f} GiB" if x >= 2**30 else f"{x / 2**20:.1f} MiB"
   lines = [f"{rep['topology']}: {rep['chips']} x {rep['chip']}, mesh {rep['mesh']}, "
-           f"remat={rep['remat']}"]
+           f"remat={rep['remat']}, {rep['rows']} rows, {rep['updates_per_step']} update(s) "
+           f"per step, grad_accum {rep['grad_accum']}"]
   for name, m in rep["programs"].items():
     lines.append(f"  {name:10s} per chip: arguments {gib(m['arguments'])}, temps "
                  f"{gib(m['temps'])}, outputs {gib(m['outputs'])}, aliased "
@@ -248,7 +280,8 @@ def format_report(rep: dict) -> str:
                  f"{gib(rep['hbm_per_chip'])} HBM: {'fits' if rep['fits'] else 'DOES NOT FIT'}")
   f = rep["flops"]
   lines.append(f"  FLOPs per RL step {f['total']:.3e} (prefill {f['prefill']:.2e}, decode "
-               f"{f['decode']:.2e}, train step {f['train_step']:.2e}); at peak "
+               f"{f['decode']:.2e}, training {f['train_step']:.2e} of which scoring "
+               f"{f['scoring']:.2e}); at peak "
                f"{rep['ideal_step_seconds']:.3g} s on {rep['chips']} chips")
   return "\n".join(lines)
 

@@ -31,7 +31,9 @@ def initialize() -> bool:
   """`jax.distributed.initialize` when the environment names a multi-process run.
 
   JAX_COORDINATOR_ADDRESS (+ JAX_NUM_PROCESSES, JAX_PROCESS_ID) starts an explicit
-  cluster (e.g. local CPU processes); TPU_WORKER_HOSTNAMES with more than one host, or
+  cluster (e.g. local CPU processes; JAX_NUM_PROCESSES=1 too: one CPU process then reduces
+  through gloo like a multi-process run, bit for bit, where XLA's in-process all-reduce
+  sums in another order); TPU_WORKER_HOSTNAMES with more than one host, or
   RLJAX_DISTRIBUTED=1, initializes from the TPU slice's metadata. Returns whether it initialized. Call it
   first: no `jax.devices()` / `jax.process_count()` before it.
   """

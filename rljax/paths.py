@@ -4,7 +4,9 @@
 GCS filesystem (the `gcsfs` package; no TensorFlow). `check_writable(p)` refuses a
 remote path whose filesystem is not installed, before anything runs, with the package
 to install. Orbax checkpoints take the same paths (its tensorstore driver writes the
-arrays to the bucket itself).
+arrays to the bucket itself; orbax also asks google-cloud-storage, a gcsfs dependency,
+whether the bucket has a hierarchical namespace). tests/test_paths.py runs both against a
+local fake bucket (tests/gcs_fake.py).
 
 Objects in a bucket cannot be appended to; `append_lines` rewrites the whole (small)
 file instead, so metrics.jsonl works on both.

@@ -1,5 +1,6 @@
 """AOT compilation for a TPU slice without TPU hardware (libtpu wheel): the :tiny run's
-real train step and sampler programs compile for v5e:2x2 and report per-chip memory."""
+real train programs (the μ = 4 multi-update program and the fused μ = 1 step) and its
+sampler compile for v5e:2x2 and report per-chip memory."""
 import importlib.util
 import os
 import sys
@@ -15,14 +16,16 @@ pytestmark = pytest.mark.skipif(
            "deviceless TPU compilation needs it")
 
 
-def test_tiny_step_and_sampler_compile_for_a_tpu_topology():
+def test_tiny_update_program_and_sampler_compile_for_a_tpu_topology():
+  """:tiny at its defaults: 2 epochs x 2 mini-batches, the program Trainer jits for μ > 1."""
   from configs import cort_grpo
-  from rljax.aot import compile_run, format_report, step_flops
+  from rljax.aot import compile_run, format_report, model_config, step_flops
   cfg = cort_grpo.get_config("tiny")
-  cfg.train.inner_epochs = cfg.train.num_minibatches = 1  # the fused step
+  assert (cfg.train.inner_epochs, cfg.train.num_minibatches) == (2, 2)
   rep = compile_run(cfg, "v5e:2x2")
   assert rep["chips"] == 4 and rep["chip"] == "TPU v5 lite"
   assert rep["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
+  assert rep["train_program"] == "update_batch" and rep["updates_per_step"] == 4
   assert set(rep["programs"]) == {"train_step", "prefill", "decode"}
   step = rep["programs"]["train_step"]
   # the state is donated: its buffers are aliased to the outputs
@@ -32,8 +35,26 @@ def test_tiny_step_and_sampler_compile_for_a_tpu_topology():
     assert m["total"] > 0 and m["arguments"] > 0
   assert rep["fits"] and rep["peak_hbm_per_chip"] < rep["hbm_per_chip"] == 16 << 30
   text = format_report(rep)
-  assert "fits" in text and "train_step" in text and "decode" in text
+  assert "fits" in text and "4 update(s) per step" in text and "decode" in text
+  d, n = cfg.data, cfg.rollout.max_new_tokens
+  want = step_flops(model_config(cfg), d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
+                    n, False, True, False, epochs=2, num_minibatches=2)
+  assert rep["flops"] == want and want["scoring"] > 0
   assert rep["ideal_step_seconds"] == pytest.approx(rep["flops"]["total"] / (4 * 197e12))
+
+
+def test_tiny_fused_step_compiles_for_a_tpu_topology():
+  """μ = 1: the fused step (π_old = sg(π_θ) inside it); the train program only."""
+  from configs import cort_grpo
+  from rljax.aot import compile_run
+  cfg = cort_grpo.get_config("tiny")
+  cfg.train.inner_epochs = cfg.train.num_minibatches = 1
+  rep = compile_run(cfg, "v5e:2x2", sampler=False)
+  assert rep["train_program"] == "train_step" and rep["updates_per_step"] == 1
+  assert set(rep["programs"]) == {"train_step"} and rep["flops"]["scoring"] == 0
+  step = rep["programs"]["train_step"]
+  assert step["aliased"] >= rep["state_bytes_per_chip"] > 0
+  assert rep["fits"] and rep["peak_hbm_per_chip"] == step["total"]
 
 
 def test_analytic_flops_match_a_hand_count():
@@ -52,3 +73,11 @@ def test_analytic_flops_match_a_hand_count():
   g = step_flops(c, rows=1, prompt=1, replay_prompt=1, response=2, remat=True, replay=True,
                  use_ref=False)
   assert g["train_step"] - f["train_step"] == (2 * mm * 3 + attn(3, 3)) * 2 + 2 * 2 * 4 * 10 * 2
+  # μ = 2 epochs x 2 mini-batches: one scoring forward (π_old + replay) over the batch, then
+  # every row trained twice
+  h = step_flops(c, rows=1, prompt=1, replay_prompt=1, response=2, remat=True, replay=True,
+                 use_ref=False, epochs=2, num_minibatches=2)
+  score = (2 * mm * 3 + attn(3, 3)) + 2 * 2 * 4 * 10 * 2  # x+ and x- rows both 3 tokens
+  policy = 4 * (2 * mm * 3 + attn(3, 3)) + 4 * 2 * 4 * 10 * 2
+  assert h["scoring"] == 2 * score and h["train_step"] == 2 * score + 2 * policy
+  assert h["prefill"] == f["prefill"] and h["decode"] == f["decode"]
