@@ -46,12 +46,14 @@ def model_config(cfg):
     from rljax.models.tokenizer import load_tokenizer
     tok = load_tokenizer(resolve(c.tokenizer or c.path))
     return ModelConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                       param_dtype=c.param_dtype, dtype=c.dtype, **c.tiny_config.to_dict())
+                       param_dtype=c.param_dtype, dtype=c.dtype,
+                       attention=c.get("attention", "dense"), **c.tiny_config.to_dict())
+  kw = dict(param_dtype=c.param_dtype, dtype=c.dtype, attention=c.get("attention", "dense"))
   path = resolve(c.path)
   if os.path.isdir(path):
-    return load_hf_config(path, param_dtype=c.param_dtype, dtype=c.dtype)
+    return load_hf_config(path, **kw)
   from rljax.models.checkpoint import gguf_config
-  return gguf_config(path, param_dtype=c.param_dtype, dtype=c.dtype)
+  return gguf_config(path, **kw)
 
 
 def _shaped(tree, shardings):
