@@ -78,6 +78,8 @@ def _memory(compiled) -> dict:
          "outputs": m.output_size_in_bytes, "aliased": m.alias_size_in_bytes,
          "code": m.generated_code_size_in_bytes}
   out["total"] = out["arguments"] + out["temps"] + out["outputs"] - out["aliased"]
+  # Pallas (Mosaic) kernels in the compiled program (splash / paged attention)
+  out["tpu_custom_calls"] = compiled.as_text().count('custom_call_target="tpu_custom_call"')
   return out
 
 
@@ -124,9 +126,10 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
           "total": prefill + decode + train}
 
 
-def compile_run(cfg, topology: str) -> dict:
+def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dict:
   """Compiles the train step and the sampler for `topology`; the report as a dict. A program
-  XLA cannot fit in HBM ends the report there with fits=False and XLA's message."""
+  XLA cannot fit in HBM ends the report there with fits=False and XLA's message.
+  model_cfg replaces the config's model (shapes only); sampler=False compiles the step only."""
   from flax import nnx
   from rljax import sharding as shd
   from rljax.config_check import validate_config
@@ -139,7 +142,7 @@ def compile_run(cfg, topology: str) -> dict:
   for w in validate_config(cfg, len(devices)):
     print("warning:", w, file=sys.stderr)
   mesh = shd.make_mesh(tuple(cfg.mesh.shape), devices=devices)
-  mcfg = model_config(cfg)
+  mcfg = model_config(cfg) if model_cfg is None else model_cfg
   remat = bool(cfg.model.remat)
   graphdef, abs_state = nnx.split(_abstract(mcfg, remat))
   pure = nnx.to_pure_dict(abs_state)
@@ -152,7 +155,7 @@ def compile_run(cfg, topology: str) -> dict:
             "mesh": dict(mesh.shape), "hbm_per_chip": hbm, "peak_flops_per_chip": peak,
             "model": {k: getattr(mcfg, k) for k in (
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype")},
+                "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype", "attention")},
             "remat": remat, "programs": {}}
   d, r = cfg.data, cfg.rollout
   flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
@@ -161,7 +164,7 @@ def compile_run(cfg, topology: str) -> dict:
   t0 = time.time()
   try:
     _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
-                      optimizer, step_cfg)
+                      optimizer, step_cfg, sampler)
   except DoesNotFit as e:
     report.update(fits=False, error=str(e), peak_hbm_per_chip=None)
   report["compile_seconds"] = time.time() - t0
@@ -169,7 +172,7 @@ def compile_run(cfg, topology: str) -> dict:
 
 
 def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
-                      optimizer, step_cfg):
+                      optimizer, step_cfg, sampler=True):
   import jax
   import jax.numpy as jnp
   from flax import nnx
@@ -207,6 +210,11 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
       (compiled.cost_analysis() or {}).get("flops", 0.0))
   report["state_bytes_per_chip"] = _per_chip_bytes(state)
   report["opt_state_bytes_per_chip"] = _per_chip_bytes(state.opt_state)
+  if not sampler:
+    step_total = report["programs"]["train_step"]["total"]
+    report.update(peak_hbm_per_chip=step_total,
+                  fits=bool(report["hbm_per_chip"]) and step_total <= report["hbm_per_chip"])
+    return
   # the sampler: prefill + decode on the trainer's params (rollout.copy="none" shares them)
   scfg = sampler_config(cfg, stop_ids=(mcfg.eos_token_id or 0,), pad_id=0)
   prompts = b // r.num_generations

@@ -248,8 +248,7 @@ class Decoder(nnx.Module):
     zero = jnp.zeros((), jnp.int32)
     attn = attention
     if (t == 1 and not quantized and attention_impl(cfg) == "splash"
-        and cache.k_LxBxSxKxE.dtype == jnp.bfloat16):
-      # the paged kernel loads K / V as bfloat16: only a bfloat16 cache keeps its numerics
+        and pallas_attention.paged_decode_supported(cfg.head_dim, cache.k_LxBxSxKxE.dtype)):
       attn = lambda q, k, v, _: pallas_attention.paged_decode_attention(
           q[:, 0], k, v, valid[:, :w])[:, None]
     store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))

@@ -63,8 +63,8 @@ def on_tpu() -> bool:
   """Whether the program being traced targets TPU (the context mesh's platform, else the
   default backend); elsewhere the kernels run in Pallas interpret mode (slow, exact)."""
   mesh = jax.sharding.get_abstract_mesh()
-  platform = getattr(mesh, "platform", None) if not mesh.empty else None
-  return (platform or jax.default_backend()) == "tpu"
+  device = None if mesh.empty else mesh.abstract_device
+  return (getattr(device, "platform", None) or jax.default_backend()) == "tpu"
 
 
 @functools.lru_cache(maxsize=32)
@@ -119,6 +119,13 @@ def _paged_local(q_BxHxE, k_BxWxKxE, v_BxWxKxE, lengths_B):
   from jax.experimental.pallas import tpu as pltpu
   with pltpu.force_tpu_interpret_mode():
     return call()
+
+
+def paged_decode_supported(head_dim: int, cache_dtype) -> bool:
+  """Where the paged kernel keeps the dense numerics and lowers for TPU: it loads K / V as
+  bfloat16 (a float32 cache would lose precision) and its blocks need a head dim that is a
+  multiple of 128 (SmolLM2's 64 does not lower)."""
+  return head_dim % 128 == 0 and jnp.dtype(cache_dtype) == jnp.bfloat16
 
 
 def paged_decode_attention(q_BxHxE, k_BxWxKxE, v_BxWxKxE, valid_BxW):

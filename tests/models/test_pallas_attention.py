@@ -89,7 +89,7 @@ def test_decoder_with_splash_matches_dense_in_training_and_decode():
   cache (paged kernel) give the dense model's hidden states on real tokens. One layer:
   each kernel instance costs seconds to compile in interpret mode."""
   cfg = ModelConfig(model_type="qwen3", vocab_size=67, hidden_size=32, intermediate_size=48,
-                    num_layers=1, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True)
+                    num_layers=1, num_heads=4, num_kv_heads=2, head_dim=128, qk_norm=True)
   ids = jax.random.randint(jax.random.key(4), (2, 12), 0, 67)
   mask = _mask(12, [0, 4], [0, 0]).astype(jnp.int32)
   pos = positions_from_mask(mask)
@@ -104,7 +104,10 @@ def test_decoder_with_splash_matches_dense_in_training_and_decode():
     return full, step
 
   full_ref, steps_ref = run(*nnx.split(create_model(cfg, seed=0)))
-  full, steps = run(*nnx.split(create_model(cfg.replace(attention="splash"), seed=0)))
+  model = nnx.split(create_model(cfg.replace(attention="splash"), seed=0))
+  kernels = str(run.trace(*model).jaxpr)
+  assert "splash_mha_fwd" in kernels and "paged_attention" in kernels  # not a dense fallback
+  full, steps = run(*model)
   real = np.asarray(mask, bool)[:, :, None]
   assert np.abs(np.where(real, np.asarray(full) - np.asarray(full_ref), 0)).max() <= 1e-5
   err = np.abs(np.asarray(steps) - np.asarray(steps_ref)).max()
