@@ -9,7 +9,8 @@ For each total sequence length T (prompt 256 + response T - 256, one row per chi
 Qwen3-4B-shaped model (configs/models/qwen3_4b: hidden 2560, 32 q / 8 kv heads, head dim
 128, vocabulary 151,936) cut to `--layers` layers so that its state fits the slice
 (36 layers of float32 params + AdamW are 12 GiB per v5e chip before activations). Reports
-XLA's per-chip memory analysis and how many Pallas kernels (`tpu_custom_call`) the compiled
+XLA's per-chip memory analysis (for a program that does not fit, the temporaries XLA's
+out-of-memory message names) and how many Pallas kernels (`tpu_custom_call`) the compiled
 program holds; --decode adds the sampler's decode step (bfloat16 cache: the paged kernel). Float32 master params, bfloat16 matmuls, remat as --remat (the pod
 configs' setting is "full"). Writes bench/results/tpu_attention_aot_<remat>.json.
 """
@@ -47,6 +48,13 @@ def run_config(seq: int, batch: int, remat: str, attention: str, decode: bool):
   return c
 
 
+def oom_temps(error):
+  """GiB of temporaries XLA reports in a CompileTimeHbmOom message, or None."""
+  import re
+  hit = re.search(r"HLO temporaries \(([\d.]+)G\)", error or "")
+  return float(hit.group(1)) if hit else None
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--topology", default="v5e:2x2")
@@ -69,7 +77,7 @@ def main(argv=None):
       rep = compile_run(cfg, args.topology, model_cfg=mcfg, sampler=False)
       m = rep["programs"].get("train_step", {})
       rows.append({"program": "train_step", "T": seq, "attention": attention,
-                   "temp_GiB": gib(m.get("temps")), "peak_GiB": gib(rep["peak_hbm_per_chip"]),
+                   "temp_GiB": gib(m.get("temps")) or oom_temps(rep.get("error")), "peak_GiB": gib(rep["peak_hbm_per_chip"]),
                    "args_GiB": gib(m.get("arguments")), "kernels": m.get("tpu_custom_calls"),
                    "fits": rep["fits"], "compile_s": round(time.time() - t0, 1),
                    "error": rep.get("error")})

@@ -93,6 +93,9 @@ def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
       step = model(tok, jnp.zeros_like(tok), jnp.ones_like(tok), cache, attend_len=256)[0]
       return nnx.grad(loss)(model), step
 
+  from rljax.models.decoder import attention_impl
+  with shd.mesh_scope(mesh):  # "auto" picks the kernels for a TPU program
+    assert attention_impl(cfg.replace(attention="auto")) == "splash"
   compiled = jax.jit(run).lower(params, batch((4, 256)), batch((4, 256)), batch((4, 1)),
                                 cache).compile()
   lines = [x for x in compiled.as_text().splitlines()

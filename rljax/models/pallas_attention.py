@@ -13,12 +13,14 @@ is gathered to the front of its pages first (that gather is a copy of the attend
 per layer and step, like the dense path's cache read).
 
 Both run under `jax.shard_map` over the context mesh (`rljax.sharding.mesh_scope`): batch
-over (data, fsdp), heads over tensor. Mosaic kernels cannot be partitioned by XLA. On CPU
-they run in Pallas' TPU interpret mode (`jax.experimental.pallas.tpu.
-force_tpu_interpret_mode()`), which is how the tests check their numerics.
+over (data, fsdp), heads over tensor; XLA cannot partition a Mosaic kernel. Off TPU they
+run interpreted, which is how the tests check their numerics on CPU: splash with its own
+`interpret=True` (JAX 0.10's TPU interpret mode fails on the vmapped kernel: "safe_zip()
+argument 1 has length 3 but argument 0 has length 4"), paged attention (no interpret
+argument) under `jax.experimental.pallas.tpu.force_tpu_interpret_mode()`.
 
-Shapes: B batch, T queries (= keys), H query heads, K kv heads, E head dim, S slots,
-W attended slots, C page size.
+Shapes: B batch, T queries (= keys), H query heads, K kv heads, E head dim, W attended
+cache slots.
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def _block(t: int) -> int:
 
 def on_tpu() -> bool:
   """Whether the program being traced targets TPU (the context mesh's platform, else the
-  default backend); elsewhere the kernels run in Pallas interpret mode (slow, exact)."""
+  default backend); elsewhere the kernels run interpreted (slow, exact)."""
   mesh = jax.sharding.get_abstract_mesh()
   device = None if mesh.empty else mesh.abstract_device
   return (getattr(device, "platform", None) or jax.default_backend()) == "tpu"
@@ -144,14 +146,4 @@ def paged_decode_attention(q_BxHxE, k_BxWxKxE, v_BxWxKxE, valid_BxW):
                     (("batch", "heads", None), ("batch", None, "kv_heads", None),
                      ("batch", None, "kv_heads", None), ("batch",)),
                     ("batch", "heads", None))
-
-
-def kernels_available() -> bool:
-  """Whether this JAX has both Pallas TPU kernels."""
-  try:
-    from jax.experimental.pallas.ops.tpu import paged_attention  # noqa: F401
-    from jax.experimental.pallas.ops.tpu import splash_attention  # noqa: F401
-  except ImportError:
-    return False
-  return True
 

@@ -13,6 +13,7 @@ from rljax import sharding as shd
 from rljax.models import create_model, init_cache, positions_from_mask
 from rljax.models.attention import attention
 from rljax.models.config import ModelConfig
+from rljax.models.decoder import attention_impl
 from rljax.models.pallas_attention import paged_decode_attention, splash_attention
 
 
@@ -112,3 +113,12 @@ def test_decoder_with_splash_matches_dense_in_training_and_decode():
   assert np.abs(np.where(real, np.asarray(full) - np.asarray(full_ref), 0)).max() <= 1e-5
   err = np.abs(np.asarray(steps) - np.asarray(steps_ref)).max()
   assert err <= 1e-5, err
+
+
+def test_auto_attention_is_dense_off_tpu():
+  cfg = ModelConfig(model_type="qwen3", vocab_size=8, hidden_size=8, intermediate_size=8,
+                    num_layers=1, num_heads=2, num_kv_heads=1, head_dim=4, attention="auto")
+  assert attention_impl(cfg) == "dense"  # CPU: the Pallas kernels would run interpreted
+  with shd.mesh_scope(shd.make_mesh((1, 2, 1), devices=jax.devices()[:2])):
+    assert attention_impl(cfg) == "dense"
+  assert attention_impl(cfg.replace(attention="splash")) == "splash"
