@@ -10,7 +10,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from rljax import sharding as shd
-from rljax.models import create_model, init_cache, positions_from_mask
+from rljax.models import Decoder, create_model, init_cache, positions_from_mask
 from rljax.models.attention import attention
 from rljax.models.config import ModelConfig
 from rljax.models.decoder import attention_impl
@@ -104,11 +104,14 @@ def test_decoder_with_splash_matches_dense_in_training_and_decode():
     step, _ = model(ids[:, 8:9], pos[:, 8:9], mask[:, 8:9], cache, attend_len=16)
     return full, step
 
-  full_ref, steps_ref = run(*nnx.split(create_model(cfg, seed=0)))
-  model = nnx.split(create_model(cfg.replace(attention="splash"), seed=0))
-  kernels = str(run.trace(*model).jaxpr)
+  graphdef, state = nnx.split(create_model(cfg, seed=0))
+  full_ref, steps_ref = run(graphdef, state)
+  splash = nnx.graphdef(nnx.eval_shape(lambda: Decoder(cfg.replace(attention="splash"),
+                                                      nnx.Rngs(0))))
+  traced = run.trace(splash, state)  # the same parameters, the splash config
+  kernels = str(traced.jaxpr)
   assert "splash_mha_fwd" in kernels and "paged_attention" in kernels  # not a dense fallback
-  full, steps = run(*model)
+  full, steps = traced.lower().compile()(state)
   real = np.asarray(mask, bool)[:, :, None]
   assert np.abs(np.where(real, np.asarray(full) - np.asarray(full_ref), 0)).max() <= 1e-5
   err = np.abs(np.asarray(steps) - np.asarray(steps_ref)).max()
