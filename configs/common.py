@@ -45,7 +45,7 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.model = mlc.ConfigDict(dict(path=a.model, tiny=a.tiny, param_dtype="float32",
                                 dtype="float32", remat=False, attention="dense", tokenizer=""))
   # remat: False | True (rljax.models.Decoder also takes "dots": keep matmul outputs);
-  # attention: "dense" | "blockwise"
+  # attention: "dense" | "blockwise" | "splash" (Pallas TPU kernels) | "auto" (splash on TPU)
   # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time.
   # a random tiny decoder (used when model.tiny); the tokenizer is still the model path's
   c.model.tiny_config = mlc.ConfigDict(dict(

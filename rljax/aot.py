@@ -49,12 +49,14 @@ def model_config(cfg):
     from rljax.models.tokenizer import load_tokenizer
     tok = load_tokenizer(resolve(c.tokenizer or c.path))
     return ModelConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
-                       param_dtype=c.param_dtype, dtype=c.dtype, **c.tiny_config.to_dict())
+                       param_dtype=c.param_dtype, dtype=c.dtype,
+                       attention=c.get("attention", "dense"), **c.tiny_config.to_dict())
+  kw = dict(param_dtype=c.param_dtype, dtype=c.dtype, attention=c.get("attention", "dense"))
   path = resolve(c.path)
   if os.path.isdir(path):
-    return load_hf_config(path, param_dtype=c.param_dtype, dtype=c.dtype)
+    return load_hf_config(path, **kw)
   from rljax.models.checkpoint import gguf_config
-  return gguf_config(path, param_dtype=c.param_dtype, dtype=c.dtype)
+  return gguf_config(path, **kw)
 
 
 def _shaped(tree, shardings):
@@ -79,6 +81,8 @@ def _memory(compiled) -> dict:
          "outputs": m.output_size_in_bytes, "aliased": m.alias_size_in_bytes,
          "code": m.generated_code_size_in_bytes}
   out["total"] = out["arguments"] + out["temps"] + out["outputs"] - out["aliased"]
+  # Pallas (Mosaic) kernels in the compiled program (splash / paged attention)
+  out["tpu_custom_calls"] = compiled.as_text().count('custom_call_target="tpu_custom_call"')
   return out
 
 
@@ -129,10 +133,10 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
           "total": prefill + decode + train}
 
 
-def compile_run(cfg, topology: str, sampler: bool = True) -> dict:
+def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dict:
   """Compiles the train program and (with `sampler`) the sampler for `topology`; the report
   as a dict. A program XLA cannot fit in HBM ends the report there with fits=False and
-  XLA's message."""
+  XLA's message. model_cfg replaces the config's model (shapes only)."""
   from flax import nnx
   from rljax import sharding as shd
   from rljax.config_check import validate_config
@@ -145,7 +149,7 @@ def compile_run(cfg, topology: str, sampler: bool = True) -> dict:
   for w in validate_config(cfg, len(devices)):
     print("warning:", w, file=sys.stderr)
   mesh = shd.make_mesh(tuple(cfg.mesh.shape), devices=devices)
-  mcfg = model_config(cfg)
+  mcfg = model_config(cfg) if model_cfg is None else model_cfg
   remat = bool(cfg.model.remat)
   graphdef, abs_state = nnx.split(_abstract(mcfg, remat))
   pure = nnx.to_pure_dict(abs_state)
@@ -155,7 +159,7 @@ def compile_run(cfg, topology: str, sampler: bool = True) -> dict:
             "mesh": dict(mesh.shape), "hbm_per_chip": hbm, "peak_flops_per_chip": peak,
             "model": {k: getattr(mcfg, k) for k in (
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
-                "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype")},
+                "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype", "attention")},
             "remat": remat, "programs": {}}
   d, r, t = cfg.data, cfg.rollout, cfg.train
   mu = 1 if step_cfg.fused_scoring else t.inner_epochs * t.num_minibatches

@@ -14,6 +14,7 @@ import warnings
 import ml_collections as mlc
 
 from rljax import registry
+from rljax.models.config import ATTENTION_IMPLS
 from rljax.objectives import validate as validate_objective
 from rljax.replay import REPLAY_MODES, REPLAY_POLICIES
 from rljax.rollout import RolloutCopy, SamplerConfig
@@ -86,8 +87,8 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   _need(remat in (False, True, "none", "dots", "full"), "model.remat",
         f"{remat!r}; valid: none, dots, full")
   attention = cfg.model.get("attention", "dense")
-  _need(attention in ("dense", "blockwise"), "model.attention",
-        f"{attention!r}; valid: dense, blockwise")
+  _need(attention in ATTENTION_IMPLS, "model.attention",
+        f"{attention!r}; valid: {', '.join(ATTENTION_IMPLS)}")
   try:
     path = resolve(cfg.model.path)
   except FileNotFoundError as e:

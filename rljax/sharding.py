@@ -174,3 +174,17 @@ def state_shardings(init_fn, params, mesh: Mesh):
 def init_sharded(init_fn, params, mesh: Mesh):
   """`init_fn(params)` created directly in `state_shardings` (no replicated moments)."""
   return jax.jit(init_fn, out_shardings=state_shardings(init_fn, params, mesh))(params)
+
+
+def mesh_scope(mesh_or_shardings):
+  """Inside a jitted function whose arguments are laid out on `mesh`: makes it the
+  context mesh, so Pallas kernels (rljax.models.pallas_attention) run per shard under
+  `shard_map` (XLA cannot partition a Mosaic kernel). Takes a Mesh, a pytree of
+  NamedShardings (the first one's mesh) or None (no-op)."""
+  import contextlib
+  mesh = mesh_or_shardings
+  if mesh is not None and not isinstance(mesh, Mesh):
+    mesh = next((s.mesh for s in jax.tree.leaves(mesh) if isinstance(s, NamedSharding)), None)
+  if mesh is None:
+    return contextlib.nullcontext()
+  return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)

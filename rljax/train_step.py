@@ -34,6 +34,7 @@ from rljax.models.decoder import positions_from_mask
 from rljax.objectives import broadcast_advantage, make_normalizer
 from rljax.replay import replay_scores
 from rljax.rollout.metrics import mismatch_metrics
+from rljax.sharding import mesh_scope
 
 
 class TrainState(NamedTuple):
@@ -242,8 +243,11 @@ def jit_train_step(graphdef, optimizer, sc: StepConfig, grad_accum: int = 1,
                    state_shardings=None, batch_shardings=None, ref_shardings=None,
                    replicated=None):
   """`jax.jit` of `train_step` with explicit shardings, donating the state."""
-  fn = lambda state, batch, ref: train_step(state, batch, ref, graphdef=graphdef,
-                                            optimizer=optimizer, sc=sc, grad_accum=grad_accum)
+  def fn(state, batch, ref):
+    with mesh_scope(state_shardings):
+      return train_step(state, batch, ref, graphdef=graphdef, optimizer=optimizer, sc=sc,
+                        grad_accum=grad_accum)
+
   if state_shardings is None:
     return jax.jit(fn, donate_argnums=(0,))
   return jax.jit(fn, donate_argnums=(0,),

@@ -18,6 +18,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from rljax.sharding import mesh_scope
 from rljax.train_step import StepConfig, apply_transforms, score_batch, train_step
 
 # score_batch outputs that are whole-batch metrics, not per-row arrays
@@ -84,10 +85,14 @@ def jit_update_batch(graphdef, optimizer, sc: StepConfig, *, epochs: int, num_mi
                      grad_accum: int = 1, state_shardings=None, batch_shardings=None,
                      ref_shardings=None, replicated=None, per_update: bool = False):
   """`jax.jit` of `update_batch` with explicit shardings, donating the state."""
-  fn = lambda state, batch, ref, key: update_batch(
-      state, batch, ref, key, graphdef=graphdef, optimizer=optimizer, sc=sc, epochs=epochs,
-      num_minibatches=num_minibatches, grad_accum=grad_accum, per_update=per_update,
-      minibatch_sharding=None if batch_shardings is None else _mb_shardings(batch_shardings))
+  def fn(state, batch, ref, key):
+    with mesh_scope(state_shardings):
+      return update_batch(
+          state, batch, ref, key, graphdef=graphdef, optimizer=optimizer, sc=sc,
+          epochs=epochs, num_minibatches=num_minibatches, grad_accum=grad_accum,
+          per_update=per_update,
+          minibatch_sharding=None if batch_shardings is None else _mb_shardings(batch_shardings))
+
   if state_shardings is None:
     return jax.jit(fn, donate_argnums=(0,))
   return jax.jit(fn, donate_argnums=(0,),

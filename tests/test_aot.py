@@ -81,3 +81,57 @@ def test_analytic_flops_match_a_hand_count():
   policy = 4 * (2 * mm * 3 + attn(3, 3)) + 4 * 2 * 4 * 10 * 2
   assert h["scoring"] == 2 * score and h["train_step"] == 2 * score + 2 * policy
   assert h["prefill"] == f["prefill"] and h["decode"] == f["decode"]
+
+
+def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
+  """attention="splash" compiled for v5e:2x2 (fsdp over 4 chips, one program so that it
+  compiles once): the training gradient runs the splash kernels (forward, dq, dkv) and a
+  bfloat16 decode step the paged-attention kernel, per shard. (Their memory against dense
+  attention: bench/tpu_attention_aot.py.)"""
+  import re
+
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  from rljax import sharding as shd
+  from rljax.aot import _memory, topology_devices
+  from rljax.models import _abstract, init_cache
+  from rljax.models.config import ModelConfig
+  mesh = shd.make_mesh((1, -1, 1), devices=topology_devices("v5e:2x2"))
+  cfg = ModelConfig(model_type="qwen3", vocab_size=256, hidden_size=256, intermediate_size=512,
+                    num_layers=1, num_heads=8, num_kv_heads=2, head_dim=128, qk_norm=True,
+                    dtype="bfloat16", attention="splash")
+  graphdef, state = nnx.split(_abstract(cfg, False))
+  pure = nnx.to_pure_dict(state)
+  shaped = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+  params = jax.tree.map(shaped, pure, shd.param_shardings(pure, mesh))
+  batch = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32,
+                                             sharding=shd.batch_sharding(mesh, len(shape)))
+  cache = jax.eval_shape(lambda: init_cache(cfg, 4, 256))  # bfloat16, [L, B, S, K, E]
+  cache = jax.tree.map(lambda x: shaped(x, NamedSharding(mesh, P(*{
+      5: (None, ("data", "fsdp")), 2: (("data", "fsdp"),)}.get(x.ndim, ())))), cache)
+
+  def run(params, ids, mask, tok, cache):
+    with shd.mesh_scope(mesh):
+      st = jax.tree.map(lambda x: x, state)
+      nnx.replace_by_pure_dict(st, params)
+      model = nnx.merge(graphdef, st)
+      loss = lambda m: m(ids, jnp.cumsum(mask, 1), mask)[0].astype(jnp.float32).sum()
+      step = model(tok, jnp.zeros_like(tok), jnp.ones_like(tok), cache, attend_len=256)[0]
+      return nnx.grad(loss)(model), step
+
+  from rljax.models.decoder import attention_impl
+  with shd.mesh_scope(mesh):  # "auto" picks the kernels for a TPU program
+    assert attention_impl(cfg.replace(attention="auto")) == "splash"
+  compiled = jax.jit(run).lower(params, batch((4, 256)), batch((4, 256)), batch((4, 1)),
+                                cache).compile()
+  lines = [x for x in compiled.as_text().splitlines()
+           if 'custom_call_target="tpu_custom_call"' in x]
+  kernels = sorted(re.match(r"\s*%?([a-z_]+)", x).group(1) for x in lines)
+  assert _memory(compiled)["tpu_custom_calls"] == len(kernels)
+  assert kernels == ["paged_attention", "splash_mha_dkv_segmented_no_residuals",
+                     "splash_mha_dq_segmented_no_residuals",
+                     "splash_mha_fwd_segmented_residuals"], kernels
+  # per shard: one of the 4 rows per chip (the paged output is [B=1, H=8, 1, E])
+  assert "f32[1,8,1,128]" in next(x for x in lines if "paged_attention" in x)

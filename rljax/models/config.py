@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-ATTENTION_IMPLS = ("dense", "blockwise")
+ATTENTION_IMPLS = ("dense", "blockwise", "splash", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,10 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"  # compute dtype of matmuls; logits for logprobs are float32.
   # Full-sequence (training) attention: "dense" keeps the float32 [B,H,T,T] scores for the
-  # backward; "blockwise" (flash-style, rljax.models.attention) recomputes them per block.
+  # backward; "blockwise" (flash-style, rljax.models.attention) recomputes them per block;
+  # "splash" is the Pallas TPU kernels (rljax.models.pallas_attention): splash attention
+  # there and paged attention for bfloat16 decode steps (interpret mode off TPU: slow);
+  # "auto" is "splash" when the program targets TPU, "dense" elsewhere.
   attention: str = "dense"
 
   def __post_init__(self):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rljax.models import pallas_attention
 from rljax.models.attention import attention, blockwise_attention
 from rljax.models.config import ModelConfig
 
@@ -219,7 +220,9 @@ class Decoder(nnx.Module):
       causal = jnp.tril(jnp.ones((t, t), bool))
       allowed = causal[None] & mask_BxT[:, None, :]
 
-      attn = blockwise_attention if cfg.attention == "blockwise" else attention
+      impl = attention_impl(cfg)
+      attn = {"blockwise": blockwise_attention, "dense": attention}.get(
+          impl, lambda q, k, v, _: pallas_attention.splash_attention(q, k, v, mask_BxT))
 
       def layer(x, p):
         return _block(cfg, p, x, positions_BxT, inv_freq,
@@ -243,6 +246,11 @@ class Decoder(nnx.Module):
       raise ValueError("Decoder: an integer KV cache needs a `numerics` hook with "
                        "kv_store / kv_load (rljax.rollout.QuantNumerics with kv_bits)")
     zero = jnp.zeros((), jnp.int32)
+    attn = attention
+    if (t == 1 and not quantized and attention_impl(cfg) == "splash"
+        and pallas_attention.paged_decode_supported(cfg.head_dim, cache.k_LxBxSxKxE.dtype)):
+      attn = lambda q, k, v, _: pallas_attention.paged_decode_attention(
+          q[:, 0], k, v, valid[:, :w])[:, None]
     store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))
     names = ("k_LxBxSxKxE", "v_LxBxSxKxE") + (("k_scale_LxBxSxK", "v_scale_LxBxSxK")
                                               if quantized else ())
@@ -267,13 +275,20 @@ class Decoder(nnx.Module):
           keys, values = read[0].astype(k.dtype), read[1].astype(v.dtype)
         return keys, values, allowed, bufs2
 
-      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot)
+      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn)
       return (x, bufs), None
 
     (x, bufs), _ = jax.lax.scan(layer, (x, tuple(getattr(cache, n) for n in names)),
                                 (params, jnp.arange(cfg.num_layers)), unroll=self.scan_unroll)
     new_cache = cache._replace(valid_BxS=valid, index=idx + t, **dict(zip(names, bufs)))
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
+
+
+def attention_impl(cfg: ModelConfig) -> str:
+  """cfg.attention with "auto" resolved for the program being traced (splash on TPU)."""
+  if cfg.attention != "auto":
+    return cfg.attention
+  return "splash" if pallas_attention.on_tpu() else "dense"
 
 
 def positions_from_mask(mask_BxT) -> jax.Array:

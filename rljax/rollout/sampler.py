@@ -196,12 +196,23 @@ def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: De
   return ds
 
 
+def _in_mesh(fn, mesh):
+  """fn traced with `mesh` as the context mesh (the Pallas kernels shard_map over it)."""
+
+  def scoped(*args):
+    with shd.mesh_scope(mesh):
+      return fn(*args)
+
+  return scoped
+
+
 @functools.lru_cache(maxsize=64)
 def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh):
-  prefill = jax.jit(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh))
+  prefill = jax.jit(_in_mesh(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh),
+                             mesh))
   buckets = tuple(decode_buckets(prompt_len, cfg, slots))
-  decode = jax.jit(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets),
-                   donate_argnums=1)
+  decode = jax.jit(_in_mesh(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets),
+                            mesh), donate_argnums=1)
   return prefill, decode
 
 

@@ -11,11 +11,13 @@ import functools
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import NamedSharding
 
 from rljax.logprobs import token_logprobs
 from rljax.models.decoder import positions_from_mask
 from rljax.rollout.config import SamplerConfig
 from rljax.rollout.sampler import Rollout, as_graph_state, sequences
+from rljax.sharding import mesh_scope
 
 
 def score_rollout(model, rollout: Rollout, cfg: SamplerConfig, with_head: bool = False) -> dict:
@@ -26,13 +28,18 @@ def score_rollout(model, rollout: Rollout, cfg: SamplerConfig, with_head: bool =
   n = rollout.tokens_BxN.shape[1]
   head = rollout.topk_ids_BxNxK if with_head else None
   t, k, p = (1.0, 0, 1.0) if cfg.greedy else (cfg.temperature, cfg.top_k, cfg.top_p)
-  return _score_jit(graphdef, state, ids, mask, head, n, t, k, p)
+  # parameters laid out on a mesh: the Pallas kernels (attention="splash") run per shard
+  mesh = next((x.sharding.mesh for x in jax.tree.leaves(state)
+               if isinstance(getattr(x, "sharding", None), NamedSharding)), None)
+  return _score_jit(graphdef, state, ids, mask, head, n, t, k, p, mesh)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5, 6, 7, 8))
-def _score_jit(graphdef, state, ids_BxT, mask_BxT, head_BxNxK, n, temperature, top_k, top_p):
+@functools.partial(jax.jit, static_argnums=(0, 5, 6, 7, 8, 9))
+def _score_jit(graphdef, state, ids_BxT, mask_BxT, head_BxNxK, n, temperature, top_k, top_p,
+               mesh):
   model = nnx.merge(graphdef, state)
-  hidden, _ = model(ids_BxT, positions_from_mask(mask_BxT), mask_BxT)
+  with mesh_scope(mesh):
+    hidden, _ = model(ids_BxT, positions_from_mask(mask_BxT), mask_BxT)
   # hidden[:, t] predicts ids[:, t + 1]: the N response tokens are predicted by the N
   # positions ending one before the last.
   h = hidden[:, -n - 1:-1]
