@@ -1,13 +1,60 @@
-"""Paper-scale CoRT-GRPO on TPU pods: the Qwen3-4B, Qwen2.5-7B and Qwen3-14B shapes.
+"""Paper-scale runs on TPU pods: the Qwen3-4B, Qwen2.5-7B and Qwen3-14B shapes.
 
-`configs/pod.py:model=qwen3_4b` (or qwen2_5_7b, qwen3_14b). `model.path` points at the
+`configs/pod.py:model=qwen3_4b` (or qwen2_5_7b, qwen3_14b) is CoRT-GRPO with the CSR reward;
+`objective=grpo|dapo|gspo`, `cort=False` (the baseline) and `reward=csr|aon` give every row
+of the CoRT paper's tables (`PAPER_ROWS`, with the paper's numbers; experiments/README.md,
+study 6). `model.path` points at the
 public config.json shipped in configs/models/<model>/ (shapes only: enough for
 `python -m rljax.aot`); to train, point it at the weights:
 `--config.model.path=/data/Qwen3-4B`. Each setting names the slice it was compiled for
 (`topology`, a `jax.experimental.topologies` name) with the mesh, remat, batch and
 gradient accumulation that fit there (experiments/README.md, "Pods: AOT compile").
 """
-from configs.common import base_config, parse_arg
+from configs import cort_dapo, cort_grpo, cort_gspo, dapo, grpo, gspo
+from configs.common import parse_arg
+
+# (objective, cort) -> the config module whose objective block the pod run uses; GSPO with
+# CoRT is the token-level GSPO (normalized token weights cancel in the sequence ratio)
+OBJECTIVES = {("grpo", True): cort_grpo, ("grpo", False): grpo, ("dapo", True): cort_dapo,
+              ("dapo", False): dapo, ("gspo", True): cort_gspo, ("gspo", False): gspo}
+
+# The CoRT paper's result rows (seed summary 000, tables 1-3 and the AON table), as
+# (model, reward, objective, cort, {metric: paper value}); AON rows report CoRT's gain only.
+PAPER_ROWS = (
+    ("qwen3_4b", "csr", "grpo", False, {"IFEval-P": 84.29, "IFEval-I": 89.21, "IFBench-P": 32.31,
+                                        "IFBench-I": 33.43, "MultiDimIF": 74.38, "AdvIF": 79.81}),
+    ("qwen3_4b", "csr", "grpo", True, {"IFEval-P": 86.06, "IFEval-I": 90.48, "IFBench-P": 34.49,
+                                       "IFBench-I": 36.24, "MultiDimIF": 80.48, "AdvIF": 81.14}),
+    ("qwen2_5_7b", "csr", "grpo", False, {"IFEval-P": 78.56, "IFEval-I": 84.41,
+                                          "IFBench-P": 28.23, "IFBench-I": 29.85,
+                                          "MultiDimIF": 66.67, "AdvIF": 72.00}),
+    ("qwen2_5_7b", "csr", "grpo", True, {"IFEval-P": 81.92, "IFEval-I": 87.51,
+                                         "IFBench-P": 34.63, "IFBench-I": 36.30,
+                                         "MultiDimIF": 78.52, "AdvIF": 73.28}),
+    ("qwen3_4b", "aon", "grpo", False, {}),
+    ("qwen3_4b", "aon", "grpo", True, {"IFEval-P Δ": 1.67, "IFBench-P Δ": 2.11,
+                                       "MultiDimIF Δ": 7.35}),
+    ("qwen2_5_7b", "aon", "grpo", False, {}),
+    ("qwen2_5_7b", "aon", "grpo", True, {"IFEval-P Δ": 2.33, "IFBench-P Δ": -2.31,
+                                         "MultiDimIF Δ": 10.22}),
+    ("qwen3_14b", "csr", "grpo", False, {"IFEval-P": 87.87, "IFEval-I": 92.34,
+                                         "IFBench-P": 39.93, "MultiDimIF": 82.59}),
+    ("qwen3_14b", "csr", "grpo", True, {"IFEval-P": 89.17, "IFEval-I": 93.28,
+                                        "IFBench-P": 40.68, "MultiDimIF": 83.48}),
+    ("qwen3_4b", "csr", "dapo", False, {"IFEval-P": 87.10, "IFEval-I": 88.90,
+                                        "IFBench-P": 40.27, "MultiDimIF": 83.41}),
+    ("qwen3_4b", "csr", "dapo", True, {"IFEval-P": 87.95, "IFEval-I": 90.20,
+                                       "IFBench-P": 41.30, "MultiDimIF": 84.06}),
+    ("qwen3_4b", "csr", "gspo", False, {"IFEval-P": 86.14, "IFEval-I": 91.10,
+                                        "IFBench-P": 35.97, "MultiDimIF": 82.26}),
+    ("qwen3_4b", "csr", "gspo", True, {"IFEval-P": 86.54, "IFEval-I": 91.20,
+                                       "IFBench-P": 36.11, "MultiDimIF": 81.96}),
+)
+
+
+def row_arg(model: str, reward: str, objective: str, cort: bool) -> str:
+  """The `:arg` of configs/pod.py for one paper row."""
+  return f"model={model},objective={objective},cort={cort},reward={reward}"
 
 # model -> (topology, mesh shape, grad_accum); all fsdp over the slice, f32 master params,
 # bf16 matmuls, rematerialized layers. grad_accum splits each 32-row mini-batch into
@@ -20,11 +67,16 @@ SETTINGS = {
 
 
 def get_config(arg=None):
-  a = parse_arg(arg, model="qwen3_4b")
+  a = parse_arg(arg, model="qwen3_4b", objective="grpo", cort=True, reward="csr")
   if a.model not in SETTINGS:
     raise ValueError(f"unknown pod model {a.model!r}; valid: {', '.join(SETTINGS)}")
+  if (a.objective, True) not in OBJECTIVES:
+    raise ValueError(f"unknown pod objective {a.objective!r}; valid: grpo, dapo, gspo")
+  if a.reward not in ("csr", "aon"):
+    raise ValueError(f"unknown pod reward {a.reward!r}; valid: csr, aon")
   topology, mesh, accum = SETTINGS[a.model]
-  c = base_config()
+  c = OBJECTIVES[(a.objective, bool(a.cort))].get_config()
+  c.reward.name = a.reward
   c.topology = topology
   c.model.path = f"configs/models/{a.model}"
   c.model.param_dtype, c.model.dtype, c.model.remat = "float32", "bfloat16", True
@@ -36,6 +88,8 @@ def get_config(arg=None):
   c.train.grad_accum, c.train.steps, c.train.logprob_chunk = accum, 500, 512
   # the paper's μ = 4 PPO updates per rollout batch: 4 mini-batches of 4 whole groups
   c.train.inner_epochs, c.train.num_minibatches = 1, 4
+  if c.objective.overlong_cache:  # DAPO's soft overlong punishment: a quarter of the length
+    c.objective.overlong_cache = c.rollout.max_new_tokens // 4
   c.optim.lr, c.optim.warmup_steps = 1e-6, 10
   c.checkpoint.every, c.eval.every, c.eval.num_prompts = 25, 25, 128
   return c

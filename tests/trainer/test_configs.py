@@ -123,3 +123,25 @@ def test_configs_default_to_the_papers_settings():
   for n in ("grpo", "dapo", "gspo", "real", "cort_grpo"):
     t = get(n, "tiny").train
     assert t.inner_epochs * t.num_minibatches > 1, n
+
+
+def test_every_paper_row_has_a_pod_config():
+  """Study 6: each row of the CoRT paper's tables is a valid pod config with the row's
+  model, reward and objective (GSPO + CoRT on token-level GSPO; DAPO with dynamic sampling
+  and the overlong cache at a quarter of the response length)."""
+  from configs import pod
+  chips = {"qwen3_4b": 8, "qwen2_5_7b": 16, "qwen3_14b": 32}
+  assert len(pod.PAPER_ROWS) == 14
+  for model, reward, objective, cort, paper in pod.PAPER_ROWS:
+    c = pod.get_config(pod.row_arg(model, reward, objective, cort))
+    validate_config(c, num_devices=chips[model])
+    assert c.model.path == f"configs/models/{model}" and c.reward.name == reward
+    assert c.objective.transforms == (("cort",) if cort else ())
+    assert c.objective.loss == {"grpo": "grpo", "dapo": "dapo",
+                                "gspo": "gspo_token" if cort else "gspo"}[objective]
+    assert c.objective.dynamic_sampling == (objective == "dapo")
+    assert c.objective.overlong_cache == (512 if objective == "dapo" else 0)
+    assert (c.train.inner_epochs * c.train.num_minibatches, c.optim.lr) == (4, 1e-6)
+    assert cort or not any("Δ" in k for k in paper)  # gains are reported on the CoRT rows
+  with pytest.raises(ValueError, match="unknown pod objective"):
+    pod.get_config("objective=ppo")
