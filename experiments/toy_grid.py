@@ -1,0 +1,148 @@
+"""Arms × seeds of `toy_rl.train` runs, one JSON per run (a killed sweep resumes where it
+stopped), and the summaries / figures the two toy studies share."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from experiments import common
+from experiments import rubric_toy as toy
+from experiments import toy_rl
+
+# the per-step metrics kept in results.json (the per-run files keep every metric)
+CURVE_KEYS = ("reward/csr", "reward/aon", "actor/grad_norm", "actor/entropy",
+              "loss/ppo/clip_frac", "response/length_clip_ratio", "response/length_mean",
+              "transform/cort/weight_mean", "transform/cort/lambda", "cort/delta_mean",
+              "mismatch/kl_q_p", "mismatch/abs_log_ratio_mean", "rollout/kept_groups",
+              "actor/update_skipped")
+
+
+def warm_start(quick: bool):
+  """The shared supervised init, cached beside the results (the quick smoke run reuses the
+  committed full one when it is there, else trains a 40-step one in a temporary folder)."""
+  cache = os.path.join(common.RESULTS, "warm_start")
+  if quick and not os.path.exists(toy_rl.warm_start_path(cache)):
+    return toy_rl.warm_start(None, steps=40)
+  return toy_rl.warm_start(cache)
+
+
+def heldout(n: int, seed: int = 7):
+  return toy.prompts(np.random.default_rng(seed), n, heldout=True)
+
+
+def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=True) -> dict:
+  """{arm: {seed: run result}}; runs already in out_dir/runs/ are read back, not rerun."""
+  runs_dir = os.path.join(out_dir, "runs")
+  os.makedirs(runs_dir, exist_ok=True)
+  out = {}
+  for arm, spec0 in arms.items():
+    out[arm] = {}
+    for seed in seeds:
+      spec = dataclasses.replace(spec0, seed=seed)
+      path = os.path.join(runs_dir, f"{arm}_seed{seed}.json")
+      if os.path.exists(path):
+        res = json.load(open(path))
+        if res.get("spec") == json.loads(json.dumps(dataclasses.asdict(spec))):
+          out[arm][seed] = res
+          continue
+      res = toy_rl.train(spec, graphdef, params, held)
+      res = {"arm": arm, "spec": dataclasses.asdict(spec), **res}
+      common.write_json(path, res)
+      res = json.load(open(path))
+      out[arm][seed] = res
+      if verbose:
+        e = res["evals"][-1]
+        print(f"[{arm} seed {seed}] {res['runtime_s']} s, held-out sampled CSR "
+              f"{e['sampled/csr']:.3f} AON {e['sampled/aon']:.3f}", flush=True)
+  return out
+
+
+def curves(runs: dict) -> dict:
+  """{arm: {metric: [per seed [per step]]}} of CURVE_KEYS (nan where a run lacks one)."""
+  out = {}
+  for arm, by_seed in runs.items():
+    out[arm] = {k: [[float(h.get(k, np.nan)) if not isinstance(h.get(k), str) else np.nan
+                     for h in r["history"]] for r in by_seed.values()] for k in CURVE_KEYS}
+  return out
+
+
+def final_evals(runs: dict, keys) -> dict:
+  """{arm: {metric: {values (per seed), mean, std}}} at the last evaluation."""
+  out = {}
+  for arm, by_seed in runs.items():
+    out[arm] = {}
+    for k in keys:
+      v = np.array([r["evals"][-1][k] for r in by_seed.values()], np.float64)
+      out[arm][k] = {"values": v.tolist(), "seeds": list(by_seed),
+                     "mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1
+                     else float("nan")}
+  return out
+
+
+def paired(runs: dict, a: str, b: str, key: str) -> dict:
+  """b − a per seed (same init, same prompt stream and sampler keys), mean, std, wins."""
+  seeds = [s for s in runs[a] if s in runs[b]]
+  d = np.array([runs[b][s]["evals"][-1][key] - runs[a][s]["evals"][-1][key] for s in seeds])
+  return {"base": a, "variant": b, "metric": key, "seeds": seeds, "diffs": d.tolist(),
+          "mean": float(d.mean()), "std": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
+          "wins": int((d > 0).sum()), "losses": int((d < 0).sum())}
+
+
+def mean_std(values) -> dict:
+  v = np.asarray(values, np.float64)
+  return {"values": v.tolist(), "mean": float(v.mean()),
+          "std": float(v.std(ddof=1)) if len(v) > 1 else float("nan")}
+
+
+def pm(stat: dict, scale: float = 100.0, digits: int = 1) -> str:
+  """'mean ± std' (in percent by default)."""
+  return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
+
+
+def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 5):
+  """One panel per (metric, label); one line per arm: the seed mean (moving average over
+  `smooth` steps), shaded ± one std over seeds."""
+  plt = common.pyplot()
+  cols = 3
+  rows = (len(panels) + cols - 1) // cols
+  fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False)
+  for ax, (key, label) in zip(axes.flat, panels):
+    for arm in arms:
+      ys = np.array(curve[arm][key], np.float64)
+      if np.all(np.isnan(ys)):
+        continue
+      k = np.ones(smooth) / smooth
+      sm = np.array([np.convolve(np.nan_to_num(y), k, mode="valid") for y in ys])
+      x = np.arange(sm.shape[1]) + smooth
+      mu, sd = sm.mean(0), sm.std(0)
+      line, = ax.plot(x, mu, label=arm, lw=1.4)
+      ax.fill_between(x, mu - sd, mu + sd, color=line.get_color(), alpha=0.15)
+    common.finish_axes(ax, "RL step (rollout batches)", label)
+  for ax in list(axes.flat)[len(panels):]:
+    ax.axis("off")
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def plot_evals(path: str, runs: dict, arms, keys, title: str):
+  """Held-out metrics vs step: seed mean ± std per arm."""
+  plt = common.pyplot()
+  fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 3.8), squeeze=False)
+  for ax, (key, label) in zip(axes.flat, keys):
+    for arm in arms:
+      rs = list(runs[arm].values())
+      x = [e["step"] for e in rs[0]["evals"]]
+      ys = np.array([[e[key] * 100 for e in r["evals"]] for r in rs])
+      line, = ax.plot(x, ys.mean(0), marker="o", ms=3, label=arm, lw=1.4)
+      ax.fill_between(x, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0),
+                      color=line.get_color(), alpha=0.12)
+    common.finish_axes(ax, "RL step (rollout batches)", label)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
