@@ -19,7 +19,7 @@ from experiments import common, toy_grid
 from experiments.toy_rl import RunSpec, SFT, MODEL
 
 STUDY = "learning_curves"
-STEPS, RAMP, SEEDS = 80, 40, (0, 1, 2)
+STEPS, RAMP, SEEDS = 100, 40, (0, 1, 2)
 BASE = RunSpec(steps=STEPS, prompts_per_step=16, num_generations=8, lr=1e-3, epochs=1,
                num_minibatches=4, eval_every=10)
 CORT = (("cort", (("ramp_steps", RAMP),)),)
@@ -61,16 +61,17 @@ FIG3 = [("actor/grad_norm", "actor grad norm (global L2)"),
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   arms, seeds, n_held = ARMS, [seed + s for s in SEEDS], 256
-  if quick:  # smoke: 2 arms, 1 seed, 3 batches, a small held-out set
-    arms = {k: dataclasses.replace(ARMS[k], steps=3, eval_every=3, prompts_per_step=4)
-            for k in ("GRPO", "CoRT-GRPO")}
+  if quick:  # smoke: CoRT-GRPO (the replay path), 1 seed, 3 batches, a small held-out set
+    arms = {"CoRT-GRPO": dataclasses.replace(ARMS["CoRT-GRPO"], steps=3, eval_every=100,
+                                             prompts_per_step=4)}
     seeds, n_held = [seed], 32
   graphdef, params, sft_info = toy_grid.warm_start(quick)
   held = toy_grid.heldout(n_held)
   runs = toy_grid.run_grid(out_dir, arms, seeds, graphdef, params, held)
   finals = toy_grid.final_evals(runs, EVAL_KEYS)
-  pairs = [toy_grid.paired(runs, a, b, k) for a, b in PAIRS if a in runs and b in runs
-           for k in EVAL_KEYS]
+  aucs = toy_grid.final_evals(runs, EVAL_KEYS, auc=True)
+  pairs = [toy_grid.paired(runs, a, b, k, auc) for a, b in PAIRS if a in runs and b in runs
+           for k in EVAL_KEYS[:3] for auc in (False, True)]
   init_eval = {k: v for k, v in next(iter(next(iter(runs.values())).values()))["evals"][0].items()}
   curve = toy_grid.curves(runs)
   figures = ["fig3_cort_ablations.png", "fig3_objectives.png", "heldout_curves.png"]
@@ -88,14 +89,15 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                        ("sampled/aon", "held-out AON = prompt acc., sampled (%)"),
                        ("greedy/csr", "held-out CSR, greedy (%)")],
                       f"Held-out metrics ({n_held} prompts), mean ± std over {len(seeds)} seeds")
-  table = _table(finals, pairs, init_eval, seeds, n_held)
+  table = _table(finals, aucs, pairs, init_eval, seeds, n_held)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   res = {"study": STUDY, "config": {"seed": seed, "seeds": seeds, "quick": quick,
                                     "arms": {k: dataclasses.asdict(v) for k, v in arms.items()},
                                     "model": MODEL, "warm_start": SFT, "heldout_prompts": n_held,
                                     "heldout_seed": 7, "eval_samples_per_prompt": 4},
-         "warm_start": sft_info, "initial_eval": init_eval, "final": finals, "paired": pairs,
+         "warm_start": sft_info, "initial_eval": init_eval, "final": finals, "auc": aucs,
+         "paired": pairs,
          "curves": curve, "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
                                             for a, v in runs.items()},
          "figures": figures, "environment": common.environment(), "runtime_s": timer()}
@@ -103,17 +105,23 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   return res
 
 
-def _table(finals, pairs, init_eval, seeds, n_held) -> str:
+def _table(finals, aucs, pairs, init_eval, seeds, n_held) -> str:
   n = len(seeds)
   head = (f"Held-out ({n_held} prompts; sampled = 4 samples per prompt at T = 1), last "
           f"evaluation, mean ± std over {n} seeds, in %. Warm start (step 0): sampled CSR "
           f"{init_eval['sampled/csr'] * 100:.1f}, AON {init_eval['sampled/aon'] * 100:.1f}, "
           f"instruction acc. {init_eval['sampled/instruction_acc'] * 100:.1f}; greedy CSR "
           f"{init_eval['greedy/csr'] * 100:.1f}.\n\n")
-  rows = [[arm] + [toy_grid.pm(f[k]) for k in EVAL_KEYS] for arm, f in finals.items()]
+  rows = [[arm] + [toy_grid.pm(f[k]) for k in EVAL_KEYS] + [toy_grid.pm(aucs[arm][k])
+                                                             for k in EVAL_KEYS[:2]]
+          for arm, f in finals.items()]
   out = head + common.md_table(["arm", "CSR (sampled)", "AON / prompt acc. (sampled)",
                                 "instruction acc. (sampled)", "CSR (greedy)", "AON (greedy)",
-                                "instruction acc. (greedy)"], rows)
+                                "instruction acc. (greedy)", "CSR AUC (sampled)",
+                                "AON AUC (sampled)"], rows)
+  out += ("\nAUC = the mean of the held-out metric over every evaluation (steps 0, 10, ..., "
+          "100): the area under the learning curve per step, which separates arms before the "
+          "final metrics saturate.\n")
   out += ("\nPaired differences (variant − base, same seed), percentage points: mean ± std "
           "over seeds, wins / losses.\n\n")
   prow = [[p["variant"], p["base"], p["metric"],

@@ -50,9 +50,9 @@ PANELS = [("reward/csr", "train reward CSR (fraction)"),
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   arms, seeds, n_held = ARMS, [seed + s for s in SEEDS], 256
-  if quick:  # smoke: one sampler, PG vs SC, 1 seed, 3 batches
-    arms = {k: dataclasses.replace(ARMS[k], steps=3, eval_every=3, prompts_per_step=4)
-            for k in ("W8A8+KV4 / PG", "W8A8+KV4 / SC")}
+  if quick:  # smoke: the quantized sampler with exact SC (full recorded q), 1 seed, 3 batches
+    arms = {k: dataclasses.replace(ARMS[k], steps=3, eval_every=100, prompts_per_step=4)
+            for k in ("W8A8+KV4 / SC",)}
     seeds, n_held = [seed], 32
   graphdef, params, sft_info = toy_grid.warm_start(quick)
   held = toy_grid.heldout(n_held)

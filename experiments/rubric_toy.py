@@ -16,9 +16,11 @@ satisfiable. Rewards (as in the CoRT paper): CSR = fraction of the criteria sati
 = 1 iff all are. The rubric-free replay prompt x⁻ is the prompt without its criteria
 (`<bos> R <ans>`); the per-criterion ablation drops criterion j only.
 
-The supervised warm start (`sft_response`) teaches the language with each criterion
-followed only with probability `p_follow` (otherwise the topic's random answer stands), so
-the model conditions on the rubric partially and RL has room to improve it.
+The supervised warm start (`sft_response`) answers with the topic's random tokens and
+enforces each criterion with probability `p_follow` (`toy_rl.SFT` uses 1, and stops after
+400 steps: the tiny decoder then follows `start` almost always and the other criteria only
+partly, so RL has room to improve and the rubric visibly shifts the criterion tokens'
+log-probabilities, which is what CoRT's Δ reads).
 """
 from __future__ import annotations
 

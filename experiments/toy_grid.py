@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=Tr
     out[arm] = {}
     for seed in seeds:
       spec = dataclasses.replace(spec0, seed=seed)
-      path = os.path.join(runs_dir, f"{arm}_seed{seed}.json")
+      path = os.path.join(runs_dir, f"{re.sub(r'[^A-Za-z0-9+.-]+', '_', arm)}_seed{seed}.json")
       if os.path.exists(path):
         res = json.load(open(path))
         if res.get("spec") == json.loads(json.dumps(dataclasses.asdict(spec))):
@@ -69,24 +70,32 @@ def curves(runs: dict) -> dict:
   return out
 
 
-def final_evals(runs: dict, keys) -> dict:
-  """{arm: {metric: {values (per seed), mean, std}}} at the last evaluation."""
+def final_evals(runs: dict, keys, auc: bool = False) -> dict:
+  """{arm: {metric: {values (per seed), mean, std}}} at the last evaluation, or with `auc`
+  the mean over every evaluation of the run (step 0 included: the area under the held-out
+  learning curve, per step)."""
   out = {}
+  stat = (lambda r, k: np.mean([e[k] for e in r["evals"]])) if auc else \
+      (lambda r, k: r["evals"][-1][k])
   for arm, by_seed in runs.items():
     out[arm] = {}
     for k in keys:
-      v = np.array([r["evals"][-1][k] for r in by_seed.values()], np.float64)
+      v = np.array([stat(r, k) for r in by_seed.values()], np.float64)
       out[arm][k] = {"values": v.tolist(), "seeds": list(by_seed),
                      "mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1
                      else float("nan")}
   return out
 
 
-def paired(runs: dict, a: str, b: str, key: str) -> dict:
-  """b − a per seed (same init, same prompt stream and sampler keys), mean, std, wins."""
+def paired(runs: dict, a: str, b: str, key: str, auc: bool = False) -> dict:
+  """b − a per seed (same init, same prompt stream and sampler keys), mean, std, wins; of
+  the last evaluation, or with `auc` of the mean over every evaluation."""
   seeds = [s for s in runs[a] if s in runs[b]]
-  d = np.array([runs[b][s]["evals"][-1][key] - runs[a][s]["evals"][-1][key] for s in seeds])
-  return {"base": a, "variant": b, "metric": key, "seeds": seeds, "diffs": d.tolist(),
+  stat = (lambda r: np.mean([e[key] for e in r["evals"]])) if auc else \
+      (lambda r: r["evals"][-1][key])
+  d = np.array([stat(runs[b][s]) - stat(runs[a][s]) for s in seeds])
+  return {"base": a, "variant": b, "metric": key + (" (AUC)" if auc else ""), "seeds": seeds,
+          "diffs": d.tolist(),
           "mean": float(d.mean()), "std": float(d.std(ddof=1)) if len(d) > 1 else float("nan"),
           "wins": int((d > 0).sum()), "losses": int((d < 0).sum())}
 

@@ -38,7 +38,7 @@ MINUS_LEN = 3                 # <bos> R <ans>
 MODEL = dict(model_type="qwen3", vocab_size=toy.VOCAB, hidden_size=64, intermediate_size=128,
              num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True,
              tie_embeddings=True, eos_token_id=toy.EOS, max_position_embeddings=64)
-SFT = dict(steps=600, batch=128, lr=3e-3, p_follow=0.5, p_rubric_free=0.2, seed=0)
+SFT = dict(steps=400, batch=128, lr=3e-3, p_follow=1.0, p_rubric_free=0.2, seed=0)
 
 
 def model_config() -> ModelConfig:
