@@ -75,15 +75,15 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   init_eval = {k: v for k, v in next(iter(next(iter(runs.values())).values()))["evals"][0].items()}
   curve = toy_grid.curves(runs)
   figures = ["fig3_cort_ablations.png", "fig3_objectives.png", "heldout_curves.png"]
-  names = list(arms)
+  names = list(runs)
   abl = [a for a in ("GRPO", "CoRT-GRPO", "CoRT w/o norm", "CoRT w/o ramp", "CoRT w/o both")
-         if a in arms]
+         if a in runs]
   objs = [a for a in names if a not in abl[2:]]
   toy_grid.plot_curves(os.path.join(out_dir, figures[0]), curve, abl, FIG3,
                        f"CoRT ablations (Figure 3 analogue; mean ± std over {len(seeds)} seeds, "
-                       f"ramp K = {RAMP} batches)")
+                       f"ramp K = {RAMP} batches)", order=names)
   toy_grid.plot_curves(os.path.join(out_dir, figures[1]), curve, objs, FIG3,
-                       f"Objectives ± CoRT (mean ± std over {len(seeds)} seeds)")
+                       f"Objectives ± CoRT (mean ± std over {len(seeds)} seeds)", order=names)
   toy_grid.plot_evals(os.path.join(out_dir, figures[2]), runs, names,
                       [("sampled/csr", "held-out CSR, sampled (%)"),
                        ("sampled/aon", "held-out AON = prompt acc., sampled (%)"),

@@ -35,7 +35,9 @@ def heldout(n: int, seed: int = 7):
 
 
 def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=True) -> dict:
-  """{arm: {seed: run result}}; runs already in out_dir/runs/ are read back, not rerun."""
+  """{arm: {seed: run result}}; runs already in out_dir/runs/ are read back, not rerun.
+  With TOY_GRID_CACHED_ONLY=1 in the environment nothing new runs (arms without any finished
+  run are left out): the tables and figures of a sweep that is still going."""
   runs_dir = os.path.join(out_dir, "runs")
   os.makedirs(runs_dir, exist_ok=True)
   out = {}
@@ -49,6 +51,8 @@ def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=Tr
         if res.get("spec") == json.loads(json.dumps(dataclasses.asdict(spec))):
           out[arm][seed] = res
           continue
+      if os.environ.get("TOY_GRID_CACHED_ONLY"):  # summarize what finished, run nothing
+        continue
       res = toy_rl.train(spec, graphdef, params, held)
       res = {"arm": arm, "spec": dataclasses.asdict(spec), **res}
       common.write_json(path, res)
@@ -58,7 +62,7 @@ def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=Tr
         e = res["evals"][-1]
         print(f"[{arm} seed {seed}] {res['runtime_s']} s, held-out sampled CSR "
               f"{e['sampled/csr']:.3f} AON {e['sampled/aon']:.3f}", flush=True)
-  return out
+  return {arm: v for arm, v in out.items() if v}
 
 
 def curves(runs: dict) -> dict:
@@ -111,7 +115,14 @@ def pm(stat: dict, scale: float = 100.0, digits: int = 1) -> str:
   return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
 
 
-def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 5):
+def _color(arm: str, order) -> str:
+  """The same colour for an arm in every panel and figure of a study (tab20 for > 10)."""
+  i = list(order).index(arm) if arm in order else 0
+  return f"C{i}" if len(order) <= 10 else __import__("matplotlib").colormaps["tab20"](i % 20)
+
+
+def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 5,
+                order=None):
   """One panel per (metric, label); one line per arm: the seed mean (moving average over
   `smooth` steps), shaded ± one std over seeds."""
   plt = common.pyplot()
@@ -127,7 +138,7 @@ def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 
       sm = np.array([np.convolve(np.nan_to_num(y), k, mode="valid") for y in ys])
       x = np.arange(sm.shape[1]) + smooth
       mu, sd = sm.mean(0), sm.std(0)
-      line, = ax.plot(x, mu, label=arm, lw=1.4)
+      line, = ax.plot(x, mu, label=arm, lw=1.4, color=_color(arm, order or list(arms)))
       ax.fill_between(x, mu - sd, mu + sd, color=line.get_color(), alpha=0.15)
     common.finish_axes(ax, "RL step (rollout batches)", label)
   for ax in list(axes.flat)[len(panels):]:
@@ -138,7 +149,7 @@ def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 
   plt.close(fig)
 
 
-def plot_evals(path: str, runs: dict, arms, keys, title: str):
+def plot_evals(path: str, runs: dict, arms, keys, title: str, order=None):
   """Held-out metrics vs step: seed mean ± std per arm."""
   plt = common.pyplot()
   fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 3.8), squeeze=False)
@@ -147,7 +158,8 @@ def plot_evals(path: str, runs: dict, arms, keys, title: str):
       rs = list(runs[arm].values())
       x = [e["step"] for e in rs[0]["evals"]]
       ys = np.array([[e[key] * 100 for e in r["evals"]] for r in rs])
-      line, = ax.plot(x, ys.mean(0), marker="o", ms=3, label=arm, lw=1.4)
+      line, = ax.plot(x, ys.mean(0), marker="o", ms=3, label=arm, lw=1.4,
+                      color=_color(arm, order or list(arms)))
       ax.fill_between(x, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0),
                       color=line.get_color(), alpha=0.12)
     common.finish_axes(ax, "RL step (rollout batches)", label)
