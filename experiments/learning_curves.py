@@ -89,7 +89,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                        ("sampled/aon", "held-out AON = prompt acc., sampled (%)"),
                        ("greedy/csr", "held-out CSR, greedy (%)")],
                       f"Held-out metrics ({n_held} prompts), mean ± std over {len(seeds)} seeds")
-  table = _table(finals, aucs, pairs, init_eval, seeds, n_held)
+  panels = toy_grid.curve_summary(curve, [k for k, _ in FIG3])
+  table = _table(finals, aucs, pairs, init_eval, seeds, n_held) + _panel_table(panels)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   res = {"study": STUDY, "config": {"seed": seed, "seeds": seeds, "quick": quick,
@@ -97,7 +98,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                                     "model": MODEL, "warm_start": SFT, "heldout_prompts": n_held,
                                     "heldout_seed": 7, "eval_samples_per_prompt": 4},
          "warm_start": sft_info, "initial_eval": init_eval, "final": finals, "auc": aucs,
-         "paired": pairs,
+         "paired": pairs, "panel_summary": panels,
          "curves": curve, "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
                                             for a, v in runs.items()},
          "figures": figures, "environment": common.environment(), "runtime_s": timer()}
@@ -128,6 +129,21 @@ def _table(finals, aucs, pairs, init_eval, seeds, n_held) -> str:
            f"{p['mean'] * 100:+.1f} ± {p['std'] * 100:.1f}", f"{p['wins']} / {p['losses']}"]
           for p in pairs]
   return out + common.md_table(["variant", "base", "metric", "Δ (pp)", "wins / losses"], prow)
+
+
+def _panel_table(panels) -> str:
+  """The Figure 3 panels in numbers: last-10-step mean and peak, mean ± std over seeds."""
+  keys = [k for k, _ in FIG3]
+  cell = lambda p, k, f: (f"{p[k]['last']['mean']:{f}} / {p[k]['peak']['mean']:{f}}"
+                          if k in p else "-")
+  fmt = {"actor/grad_norm": ".2f", "loss/ppo/clip_frac": ".3f",
+         "response/length_clip_ratio": ".3f", "transform/cort/weight_mean": ".3f",
+         "actor/entropy": ".2f", "reward/csr": ".3f"}
+  rows = [[arm] + [cell(p, k, fmt[k]) for k in keys] for arm, p in panels.items()]
+  return ("\nFigure 3 panels in numbers: mean of the last 10 steps / peak over the run "
+          "(each the mean over seeds; std in results.json `panel_summary`).\n\n"
+          + common.md_table(["arm", "grad norm", "PPO clip ratio", "length clip ratio",
+                             "mean token weight", "entropy (nats)", "train CSR"], rows))
 
 
 if __name__ == "__main__":

@@ -110,6 +110,21 @@ def mean_std(values) -> dict:
           "std": float(v.std(ddof=1)) if len(v) > 1 else float("nan")}
 
 
+def curve_summary(curve: dict, keys, last: int = 10) -> dict:
+  """{arm: {metric: {last: mean ± std over seeds of the mean of the last `last` steps,
+  peak: mean ± std over seeds of the largest value}}} (the numbers behind the panels)."""
+  out = {}
+  for arm, c in curve.items():
+    out[arm] = {}
+    for k in keys:
+      ys = np.array(c[k], np.float64)
+      if np.all(np.isnan(ys)):
+        continue
+      out[arm][k] = {"last": mean_std(np.nanmean(ys[:, -last:], 1)),
+                     "peak": mean_std(np.nanmax(ys, 1))}
+  return out
+
+
 def pm(stat: dict, scale: float = 100.0, digits: int = 1) -> str:
   """'mean ± std' (in percent by default)."""
   return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
