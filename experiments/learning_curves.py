@@ -101,6 +101,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
          "paired": pairs, "panel_summary": panels,
          "curves": curve, "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
                                             for a, v in runs.items()},
+         "runs_runtime_total_s": sum(r["runtime_s"] for v in runs.values() for r in v.values()),
+         "summary_only": bool(os.environ.get("TOY_GRID_CACHED_ONLY")),
          "figures": figures, "environment": common.environment(), "runtime_s": timer()}
   common.write_json(os.path.join(out_dir, "results.json"), res)
   return res

@@ -155,6 +155,9 @@ def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 
       mu, sd = sm.mean(0), sm.std(0)
       line, = ax.plot(x, mu, label=arm, lw=1.4, color=_color(arm, order or list(arms)))
       ax.fill_between(x, mu - sd, mu + sd, color=line.get_color(), alpha=0.15)
+    if "weight" in key:  # a normalized weight is 1 ± float32 rounding: show a real range
+      lo, hi = ax.get_ylim()
+      ax.set_ylim(min(lo, 0.98), max(hi, 1.02))
     common.finish_axes(ax, "RL step (rollout batches)", label)
   for ax in list(axes.flat)[len(panels):]:
     ax.axis("off")
