@@ -61,9 +61,9 @@ FIG3 = [("actor/grad_norm", "actor grad norm (global L2)"),
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   arms, seeds, n_held = ARMS, [seed + s for s in SEEDS], 256
-  if quick:  # smoke: CoRT-GRPO (the replay path), 1 seed, 3 batches, a small held-out set
+  if quick:  # smoke: CoRT-GRPO (the fused replay step), 1 seed, 3 batches, 32 held-out prompts
     arms = {"CoRT-GRPO": dataclasses.replace(ARMS["CoRT-GRPO"], steps=3, eval_every=100,
-                                             prompts_per_step=4)}
+                                             prompts_per_step=4, num_minibatches=1)}
     seeds, n_held = [seed], 32
   graphdef, params, sft_info = toy_grid.warm_start(quick)
   held = toy_grid.heldout(n_held)
