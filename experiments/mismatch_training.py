@@ -1,13 +1,13 @@
 """Study 5: training stability under a training–inference mismatch — naive PG, TIS, SC, TIS+SC
-and BPO with a W8A8 + int4-KV sampler and with a stale sampler (re-synced every `STALE`
-updates), several seeds, on the synthetic rubric language (`rubric_toy`) with the tiny
+and BPO with a W8A8 + int4-KV sampler and with stale samplers (re-synced every `STALE`, 16
+or 64 updates), several seeds, on the synthetic rubric language (`rubric_toy`) with the tiny
 warm-started Decoder of study 4.
 
 As in the SC paper's main comparison: the same group-centered REINFORCE objective
 (advantage r − mean_group, no std), one optimizer update per rollout batch, only the
 correction rule changes. The sampler is a rollout copy of the trainer
 (`rljax.rollout.SamplerSync`): re-quantized at every sync (W8A8 + int4 KV, synced every
-update) or an exact copy held for `STALE` updates. The sampler records its whole q (the
+update) or an exact copy held for `STALE` (or 16, 64) updates. The sampler records its whole q (the
 vocabulary is 96 tokens), which exact SC needs. An on-policy PG run (sampler = trainer) is
 the reference. Reported: train reward, held-out CSR / AON of the trainer policy, and the
 sampler–trainer drift KL(q‖p) on the sampled tokens.
@@ -34,7 +34,11 @@ ESTIMATORS = {
     "BPO": dict(transforms=("bpo",)),
 }
 SAMPLERS = {"W8A8+KV4": dict(copy="w8a8+kv4", sync_every=1),
-            f"stale-{STALE}": dict(copy="none", sync_every=STALE)}
+            f"stale-{STALE}": dict(copy="none", sync_every=STALE),
+            # added after the first two showed no effect: staler samplers; with 60 batches
+            # stale-64 is the warm start itself, never re-synced (the SC paper's sync period)
+            "stale-16": dict(copy="none", sync_every=16),
+            "stale-64": dict(copy="none", sync_every=64)}
 ARMS = {"on-policy PG": BASE}
 ARMS.update({f"{s} / {e}": dataclasses.replace(BASE, **sk, **ek)
              for s, sk in SAMPLERS.items() for e, ek in ESTIMATORS.items()})
