@@ -80,11 +80,13 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                          f"Sampler {s}: reward and drift (mean ± std over {len(seeds)} seeds)")
     figures.append(fig)
   fig = "heldout_curves.png"
+  groups = [(f"sampler {s}", [a for a in runs if a.startswith(s + " /")] +
+             [a for a in runs if a == "on-policy PG"]) for s in SAMPLERS]
+  groups = [(t, g) for t, g in groups if g]
   toy_grid.plot_evals(os.path.join(out_dir, fig), runs, list(runs),
-                      [("sampled/csr", "held-out CSR, sampled (%)"),
-                       ("sampled/aon", "held-out AON, sampled (%)")],
-                      f"Held-out metrics of the trainer ({n_held} prompts), mean ± std over "
-                      f"{len(seeds)} seeds")
+                      [("sampled/csr", "held-out CSR, sampled (%)")],
+                      f"Held-out CSR of the trainer ({n_held} prompts), mean ± std over "
+                      f"{len(seeds)} seeds", groups=groups)
   figures.append(fig)
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(_table(finals, train_end, pairs, seeds, n_held))

@@ -167,11 +167,16 @@ def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 
   plt.close(fig)
 
 
-def plot_evals(path: str, runs: dict, arms, keys, title: str, order=None):
-  """Held-out metrics vs step: seed mean ± std per arm."""
+def plot_evals(path: str, runs: dict, arms, keys, title: str, order=None, groups=None):
+  """Held-out metrics vs step: seed mean ± std per arm; one panel per key, or with `groups`
+  ([(panel title, arms)]) one panel per group, all of the first key."""
   plt = common.pyplot()
-  fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 3.8), squeeze=False)
-  for ax, (key, label) in zip(axes.flat, keys):
+  panels = ([(keys[0][0], keys[0][1], t, g) for t, g in groups] if groups else
+            [(k, lab, None, arms) for k, lab in keys])
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+  for ax, (key, label, sub, arms) in zip(axes.flat, panels):
+    if sub:
+      ax.set_title(sub, fontsize=10)
     for arm in arms:
       rs = list(runs[arm].values())
       x = [e["step"] for e in rs[0]["evals"]]
