@@ -70,6 +70,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   runs = toy_grid.run_grid(out_dir, arms, seeds, graphdef, params, held)
   finals = toy_grid.final_evals(runs, EVAL_KEYS)
   aucs = toy_grid.final_evals(runs, EVAL_KEYS, auc=True)
+  per_criterion = toy_grid.final_evals(runs, [f"{m}/acc/{t}" for m in ("sampled", "greedy")
+                                              for t in ("start", "end", "contain", "exclude")])
   pairs = [toy_grid.paired(runs, a, b, k, auc) for a, b in PAIRS if a in runs and b in runs
            for k in EVAL_KEYS[:3] for auc in (False, True)]
   init_eval = {k: v for k, v in next(iter(next(iter(runs.values())).values()))["evals"][0].items()}
@@ -98,6 +100,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                                     "model": MODEL, "warm_start": SFT, "heldout_prompts": n_held,
                                     "heldout_seed": 7, "eval_samples_per_prompt": 4},
          "warm_start": sft_info, "initial_eval": init_eval, "final": finals, "auc": aucs,
+         "final_per_criterion": per_criterion,
          "paired": pairs, "panel_summary": panels,
          "curves": curve, "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
                                             for a, v in runs.items()},
