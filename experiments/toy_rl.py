@@ -6,8 +6,8 @@ batch, `rljax.update.jit_update_batch` for μ > 1 mini-batch updates). The loop 
 `rljax.trainer.Trainer` (collect -> assemble -> update -> eval); only the data, the reward
 and the model size are the toy's.
 
-    init = warm_start(cache_dir)                       # supervised, cached
-    res = train(RunSpec(loss="grpo", transforms=("cort",)), init, heldout)
+    graphdef, params, info = warm_start(cache_dir)     # supervised, cached
+    res = train(RunSpec(loss="grpo", transforms=("cort",)), graphdef, params, heldout)
 """
 from __future__ import annotations
 
