@@ -1,0 +1,256 @@
+"""RL on the synthetic rubric language (`rubric_toy`) with a tiny rljax Decoder, over the
+library's own pieces: `rljax.models` (the decoder), `rljax.rollout` (the sampler, rollout
+copies and `SamplerSync` staleness), `rljax.objectives` (advantages, transforms, losses)
+and the trainer's jitted steps (`rljax.train_step.jit_train_step` for one update per
+batch, `rljax.update.jit_update_batch` for μ > 1 mini-batch updates). The loop mirrors
+`rljax.trainer.Trainer` (collect -> assemble -> update -> eval); only the data, the reward
+and the model size are the toy's.
+
+    graphdef, params, info = warm_start(cache_dir)     # supervised, cached
+    res = train(RunSpec(loss="grpo", transforms=("cort",)), graphdef, params, heldout)
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from experiments import rubric_toy as toy
+from rljax.models import ModelConfig, create_model
+from rljax.objectives import build_objective, informative_groups
+from rljax.rollout import SamplerConfig, SamplerSync, generate
+from rljax.train_step import StepConfig, init_state, jit_train_step, make_optimizer
+from rljax.train_step import response_outputs
+from rljax.update import jit_update_batch
+
+N_NEW = toy.MAX_LEN + 2       # response slots: 8 content tokens + eos, one spare (length clip)
+MINUS_LEN = 3                 # <bos> R <ans>
+
+MODEL = dict(model_type="qwen3", vocab_size=toy.VOCAB, hidden_size=64, intermediate_size=128,
+             num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16, qk_norm=True,
+             tie_embeddings=True, eos_token_id=toy.EOS, max_position_embeddings=64)
+SFT = dict(steps=400, batch=128, lr=3e-3, p_follow=1.0, p_rubric_free=0.2, seed=0)
+
+
+def model_config() -> ModelConfig:
+  return ModelConfig(**MODEL)
+
+
+def left_pad(rows, length: int):
+  ids = np.full((len(rows), length), toy.PAD, np.int32)
+  mask = np.zeros_like(ids)
+  for i, r in enumerate(rows):
+    ids[i, length - len(r):], mask[i, length - len(r):] = r, 1
+  return ids, mask
+
+
+def right_pad(rows, length: int):
+  ids = np.full((len(rows), length), toy.PAD, np.int32)
+  mask = np.zeros_like(ids)
+  for i, r in enumerate(rows):
+    ids[i, :len(r)], mask[i, :len(r)] = r, 1
+  return ids, mask
+
+
+# --------------------------------------------------------------------- warm start
+
+
+def warm_start_path(cache_dir: str, **overrides) -> str:
+  """Where `warm_start` caches the params of this config (a hash of it and of MODEL)."""
+  cfg = dict(SFT, **overrides)
+  tag = hashlib.sha1(json.dumps([cfg, MODEL], sort_keys=True).encode()).hexdigest()[:10]
+  return os.path.join(cache_dir, f"warm_start_{tag}.npz")
+
+
+def warm_start(cache_dir: str | None = None, **overrides) -> tuple[Any, dict, dict]:
+  """(graphdef, params pure dict, info) of the supervised warm start: next-token
+  cross-entropy on `rubric_toy.sft_example`s. Cached in `cache_dir` (npz) by its config."""
+  cfg = dict(SFT, **overrides)
+  model = create_model(model_config(), seed=cfg["seed"])
+  graphdef, state = nnx.split(model)
+  params = nnx.to_pure_dict(state)
+  path = cache_dir and warm_start_path(cache_dir, **overrides)
+  if path and os.path.exists(path):
+    flat = dict(np.load(path))
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    params = jax.tree_util.tree_unflatten(
+        treedef, [jnp.asarray(flat[jax.tree_util.keystr(p)]) for p, _ in leaves])
+    return graphdef, params, json.load(open(path[:-4] + ".json"))
+  t0 = time.time()
+  sc = StepConfig(objective=None, response_len=N_NEW)
+  opt = optax.adam(cfg["lr"])
+
+  def loss_fn(p, ids, mask, tgt_mask):
+    lp = response_outputs(graphdef, p, ids, mask, N_NEW, sc)["logp_BxT"]
+    return -(lp * tgt_mask).sum() / tgt_mask.sum()
+
+  @jax.jit
+  def step(p, o, ids, mask, tgt_mask):
+    loss, g = jax.value_and_grad(loss_fn)(p, ids, mask, tgt_mask)
+    upd, o = opt.update(g, o, p)
+    return optax.apply_updates(p, upd), o, loss
+
+  rng = np.random.default_rng(cfg["seed"])
+  o = opt.init(params)
+  losses = []
+  for _ in range(cfg["steps"]):
+    ex = [toy.sft_example(rng, cfg["p_follow"], cfg["p_rubric_free"]) for _ in range(cfg["batch"])]
+    pi, pm = left_pad([a for a, _ in ex], toy.MAX_PROMPT)
+    ri, rm = right_pad([b for _, b in ex], N_NEW)
+    params, o, loss = step(params, o, np.concatenate([pi, ri], 1),
+                           np.concatenate([pm, rm], 1), rm.astype(np.float32))
+    losses.append(float(loss))
+  info = {"config": cfg, "loss_first": losses[0], "loss_last": float(np.mean(losses[-20:])),
+          "runtime_s": round(time.time() - t0, 1)}
+  if path:
+    os.makedirs(cache_dir, exist_ok=True)
+    flat = {jax.tree_util.keystr(p): np.asarray(v)
+            for p, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+    np.savez(path, **flat)
+    json.dump(info, open(path[:-4] + ".json", "w"))
+  return graphdef, params, info
+
+
+# --------------------------------------------------------------------- RL
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One RL run (the objective names are registry names, as in configs/*.py)."""
+  advantage: str = "grpo"
+  loss: str = "grpo"
+  transforms: tuple[str, ...] = ()
+  transform_kwargs: tuple = ()              # ((name, ((k, v), ...)), ...) hashable
+  loss_kwargs: tuple = ()
+  advantage_kwargs: tuple = ()
+  reward: str = "csr"                       # csr | aon
+  steps: int = 60
+  prompts_per_step: int = 16
+  num_generations: int = 8
+  lr: float = 1e-3
+  epochs: int = 1                           # μ = epochs × num_minibatches updates per batch
+  num_minibatches: int = 1
+  dynamic_sampling: bool = False            # DAPO: drop groups whose rewards are all equal
+  copy: str = "none"                        # sampler rollout copy (rljax.rollout.RolloutCopy)
+  sync_every: int = 1                       # staleness: sampler re-synced every N steps
+  record_topk: int = 0                      # sampler head recorded (SC: the full vocabulary)
+  eval_every: int = 10
+  seed: int = 0
+
+  def objective(self):
+    return build_objective(advantage=self.advantage, loss=self.loss,
+                           transforms=self.transforms, num_generations=self.num_generations,
+                           advantage_kwargs=dict(self.advantage_kwargs),
+                           loss_kwargs=dict(self.loss_kwargs),
+                           transform_kwargs={n: dict(kw) for n, kw in self.transform_kwargs},
+                           sampler_topk=self.record_topk, vocab_size=toy.VOCAB)
+
+
+def _sampler_cfg(spec: RunSpec, **kw) -> SamplerConfig:
+  return SamplerConfig(max_new_tokens=N_NEW, temperature=1.0, num_generations=spec.num_generations,
+                       stop_token_ids=(toy.EOS,), record_topk=spec.record_topk,
+                       pad_token_id=toy.PAD).replace(**kw)
+
+
+def evaluate(graphdef, params, heldout, key, samples: int = 4) -> dict:
+  """Held-out metrics of the trainer policy: sampled at temperature 1 (`samples` per prompt,
+  fixed key) and greedy."""
+  ids, mask = left_pad([toy.plus_tokens(p) for p in heldout], toy.MAX_PROMPT)
+  model = nnx.merge(graphdef, params)
+  out = {}
+  for name, cfg in (("sampled", SamplerConfig(max_new_tokens=N_NEW, temperature=1.0,
+                                               num_generations=samples,
+                                               stop_token_ids=(toy.EOS,))),
+                    ("greedy", SamplerConfig(max_new_tokens=N_NEW, temperature=0.0,
+                                             stop_token_ids=(toy.EOS,)))):
+    r = generate(model, ids, mask, key, cfg)
+    toks = np.asarray(r.tokens_BxN)
+    rep = [p for p in heldout for _ in range(cfg.num_generations)]
+    m = toy.eval_metrics(rep, list(toks))
+    m["length_clip_ratio"] = float(np.mean(np.asarray(r.truncated_B)))
+    out.update({f"{name}/{k}": v for k, v in m.items()})
+  return out
+
+
+def _assemble(r, plus, minus, adv_B, keep_B, g, replay: bool, head: bool) -> dict:
+  """The train step's batch, exactly as `Trainer._assemble` builds it."""
+  rep = lambda a: np.repeat(a, g, axis=0)
+  resp, rmask = np.asarray(r.tokens_BxN, np.int32), np.asarray(r.mask_BxN, np.int32)
+  (pi, pm), (mi, mm) = plus, minus
+  batch = {"tokens_BxL": np.concatenate([rep(pi), resp], 1),
+           "attn_mask_BxL": np.concatenate([rep(pm), rmask], 1),
+           "mask_BxN": (rmask * keep_B[:, None]).astype(np.float32),
+           "adv_B": np.asarray(adv_B, np.float32) * keep_B,
+           "sampler_logp_BxN": np.asarray(r.logq_BxN, np.float32)}
+  if replay:
+    batch["minus_tokens_BxM"] = np.concatenate([rep(mi), resp], 1)
+    batch["minus_attn_mask_BxM"] = np.concatenate([rep(mm), rmask], 1)
+  if head:
+    batch["head_ids_BxNxK"] = np.asarray(r.topk_ids_BxNxK, np.int32)
+    batch["head_logq_BxNxK"] = np.asarray(r.topk_logq_BxNxK, np.float32)
+  return batch
+
+
+def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
+  """One RL run from `init_params`; returns {history: [per-step metrics], evals: [...]}."""
+  t_start = time.time()
+  obj = spec.objective()
+  g, mu = spec.num_generations, spec.epochs * spec.num_minibatches
+  replay = any(n.startswith("cort") for n in spec.transforms)
+  head = spec.record_topk != 0
+  sc = StepConfig(objective=obj, response_len=N_NEW, temperature=1.0, replay=replay,
+                  fused_scoring=mu == 1, head_k=toy.VOCAB if spec.record_topk == -1
+                  else spec.record_topk)
+  optimizer = make_optimizer(spec.lr, grad_clip=1.0, total_steps=spec.steps)
+  params = jax.tree.map(jnp.copy, init_params)
+  state = init_state(params, optimizer, obj)
+  step_fn = (jit_train_step(graphdef, optimizer, sc) if mu == 1 else
+             jit_update_batch(graphdef, optimizer, sc, epochs=spec.epochs,
+                              num_minibatches=spec.num_minibatches))
+  sync = SamplerSync(spec.copy, every=spec.sync_every)
+  scfg = _sampler_cfg(spec)
+  rng = np.random.default_rng(1000 + spec.seed)
+  key = jax.random.key(spec.seed)
+  eval_key = jax.random.key(12345)  # the same held-out samples' keys for every run
+  history, evals = [], []
+  for step in range(spec.steps):
+    if step % spec.eval_every == 0:
+      evals.append({"step": step, **evaluate(graphdef, state.params, heldout, eval_key)})
+    prompts = toy.prompts(rng, spec.prompts_per_step, heldout=False)
+    plus = left_pad([toy.plus_tokens(p) for p in prompts], toy.MAX_PROMPT)
+    minus = left_pad([toy.minus_tokens(p) for p in prompts], MINUS_LEN)
+    sampler = sync.params(step, nnx.merge(graphdef, state.params))
+    r = generate(sampler, plus[0], plus[1], jax.random.fold_in(key, step), scfg)
+    rows = [p for p in prompts for _ in range(g)]
+    rw = toy.rewards(rows, list(np.asarray(r.tokens_BxN)))
+    reward_B = rw["csr_B"] if spec.reward == "csr" else rw["aon_B"]
+    keep_B = np.ones(len(reward_B), bool)
+    if spec.dynamic_sampling:
+      keep_B = np.repeat(np.asarray(informative_groups(jnp.asarray(reward_B), g)), g)
+    adv_B, _ = obj.advantages(jnp.asarray(reward_B))
+    batch = _assemble(r, plus, minus, adv_B, keep_B.astype(np.float32), g, replay, head)
+    if mu == 1:
+      state, m = step_fn(state, batch, None)
+    else:
+      state, m = step_fn(state, batch, None, jax.random.fold_in(jax.random.key(spec.seed + 7919),
+                                                               step))
+    m = {k: float(v) for k, v in jax.device_get(m).items() if np.ndim(v) == 0}
+    m.update({"step": step + 1, "reward/csr": float(rw["csr_B"].mean()),
+              "reward/aon": float(rw["aon_B"].mean()),
+              "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B))),
+              "response/length_mean": float(np.asarray(r.mask_BxN).sum(1).mean()),
+              "rollout/lag": sync.lag(step), "rollout/kept_groups": float(keep_B.mean())})
+    history.append(m)
+    if log:
+      log(m)
+  evals.append({"step": spec.steps, **evaluate(graphdef, state.params, heldout, eval_key)})
+  return {"history": history, "evals": evals, "runtime_s": round(time.time() - t_start, 1)}
