@@ -70,7 +70,8 @@ def token_heatmap(rows, path: str, *, vmin: float = 0.75, vmax: float = 1.25,
   for row in rows:
     lines.append(row["title"])
     cur, length = [], 0
-    boxed = row.get("boxed") or [False] * len(row["tokens"])
+    boxed = row.get("boxed")
+    boxed = [False] * len(row["tokens"]) if boxed is None else boxed
     for t, v, b in zip(row["tokens"], row["values"], boxed):
       t = t.replace("\n", "⏎ ")
       if length + len(t) > width and cur:
