@@ -41,9 +41,11 @@ def _params(wd, step):
   return tree["params"] if isinstance(tree, dict) else tree[0]
 
 
-@pytest.mark.parametrize("sync_every", [1, 2])
+@pytest.mark.parametrize("sync_every", [2])
 def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, sync_every):
-  """sync_every=2 kills between syncs: the stale sampler snapshot must come back too."""
+  """sync_every=2 kills between syncs: the stale sampler snapshot must come back too. (The
+  plain sync_every=1 path is killed and resumed in tests/trainer/test_multiprocess.py, on
+  one and on two processes; it ran here too until CI neared its 30-minute budget.)"""
   data = str(tmp_path / "tfds")
   full = str(tmp_path / "full")
   subprocess.run(_cmd(full, data, sync_every=sync_every), cwd=ROOT, env=_env(), check=True,
