@@ -65,9 +65,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
     arms = {"CoRT-GRPO": dataclasses.replace(ARMS["CoRT-GRPO"], steps=3, eval_every=100,
                                              prompts_per_step=4, num_minibatches=1)}
     seeds, n_held = [seed], 32
-  graphdef, params, sft_info = toy_grid.warm_start(quick)
-  held = toy_grid.heldout(n_held)
-  runs = toy_grid.run_grid(out_dir, arms, seeds, graphdef, params, held)
+  runs, sft_info = toy_grid.run_arms(out_dir, arms, seeds, n_held, quick)
   finals = toy_grid.final_evals(runs, EVAL_KEYS)
   aucs = toy_grid.final_evals(runs, EVAL_KEYS, auc=True)
   per_criterion = toy_grid.final_evals(runs, [f"{m}/acc/{t}" for m in ("sampled", "greedy")

@@ -58,9 +58,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
     arms = {k: dataclasses.replace(ARMS[k], steps=3, eval_every=100, prompts_per_step=4)
             for k in ("W8A8+KV4 / SC",)}
     seeds, n_held = [seed], 32
-  graphdef, params, sft_info = toy_grid.warm_start(quick)
-  held = toy_grid.heldout(n_held)
-  runs = toy_grid.run_grid(out_dir, arms, seeds, graphdef, params, held)
+  runs, sft_info = toy_grid.run_arms(out_dir, arms, seeds, n_held, quick)
   finals = toy_grid.final_evals(runs, EVAL_KEYS)
   curve = toy_grid.curves(runs)
   last = lambda arm, k, n=10: [float(sum(c[-n:]) / n) for c in curve[arm][k]]

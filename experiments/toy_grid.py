@@ -65,6 +65,13 @@ def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=Tr
   return {arm: v for arm, v in out.items() if v}
 
 
+def run_arms(out_dir: str, arms: dict, seeds, n_held: int, quick: bool):
+  """A study's runs: the warm start, `n_held` held-out prompts, every arm × seed (run_grid).
+  Returns (runs, the warm start's info)."""
+  graphdef, params, sft_info = warm_start(quick)
+  return run_grid(out_dir, arms, seeds, graphdef, params, heldout(n_held)), sft_info
+
+
 def curves(runs: dict) -> dict:
   """{arm: {metric: [per seed [per step]]}} of CURVE_KEYS (nan where a run lacks one)."""
   out = {}
