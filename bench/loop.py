@@ -1,7 +1,14 @@
 """Full RL steps of the main job, split per stage: this rljax vs an older rljax.
 
     python bench/loop.py [--config configs/cort_grpo.py:cpu] [--steps 3] [--baseline main]
-                         [--order base,new] [--set train.steps=3 ...]
+                         [--order base,new] [--set train.steps=3 ...] [--set-new k=v ...]
+
+The issue-13 comparison (the main job as it was at 6eb343d: configs/cort_grpo.py's
+defaults then, 16 prompts x G=4, x+ padded to 160, 48 new tokens, mu = 1, no eval):
+
+    python bench/loop.py --config configs/cort_grpo.py --baseline 6eb343d --steps 3 \
+        --set-new data.batch_size=16 rollout.num_generations=4 train.num_minibatches=1 \
+                  eval.every=0 eval.at_start=False
 
 Runs `python -m rljax.train` with the main job's config (README: configs/cort_grpo.py:cpu
 on SmolLM2) for --steps steps, once on this
@@ -56,6 +63,9 @@ def main():
   ap.add_argument("--baseline", default="main")
   ap.add_argument("--order", default="base,new")
   ap.add_argument("--set", nargs="*", default=[], help="extra key=value config overrides")
+  ap.add_argument("--set-new", nargs="*", default=[],
+                  help="overrides for this tree only: bring a default that changed since BASE "
+                       "back to BASE's value, so both trees run the same job")
   a = ap.parse_args()
   base = il.resolve_rev(subprocess.run(["git", "-C", il.ROOT, "merge-base", "HEAD", a.baseline],
                                        check=True, capture_output=True, text=True).stdout.strip())
@@ -64,10 +74,12 @@ def main():
     subprocess.run(f"git -C {il.ROOT} archive {base} configs | tar -x -C {trees['base']}",
                    shell=True, check=True)
   extra = [f"--config.{kv}" for kv in a.set]
+  extra_new = [f"--config.{kv}" for kv in a.set_new]
   runs, loads = {}, {}
   for name in a.order.split(","):
     loads[name] = il.load()
-    runs[name] = run_trainer(trees[name], a.config, a.steps, extra)
+    runs[name] = run_trainer(trees[name], a.config, a.steps,
+                             extra + (extra_new if name == "new" else []))
   rows = []
   for name in ("new", "base"):
     steps = runs[name]
@@ -83,7 +95,8 @@ def main():
       k: (old[k] / new[k] if old.get(k) and new.get(k) else None) for k in new if k != "impl"}})
   report("loop", ["impl", "rollout_and_reward_s", "train_s", "eval_s", "step_s",
                   "first_step_s"], rows,
-         {"config": a.config, "steps": a.steps, "overrides": a.set, "baseline_rev": base,
+         {"config": a.config, "steps": a.steps, "overrides": a.set, "overrides_new": a.set_new,
+          "baseline_rev": base,
           "loadavg_before": loads, "loadavg_after": il.load(),
           "per_step": {k: [{s: m.get(s) for s in STAGES} for m in v] for k, v in runs.items()},
           "note": "medians over steps 2..S; eval runs only after the last step"})

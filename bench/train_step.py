@@ -88,7 +88,8 @@ def torch_step(hf, batch, n):
   adv = torch.tensor(batch["adv_B"])[:, None]
 
   def run():
-    logits = hf(input_ids=toks, attention_mask=mask).logits[:, -n - 1:-1].float()
+    # logits of the n positions that predict the response only (logits_to_keep)
+    logits = hf(input_ids=toks, attention_mask=mask, logits_to_keep=n + 1).logits[:, :-1].float()
     logp = torch.log_softmax(logits, -1).gather(-1, toks[:, -n:, None])[..., 0]
     ratio = torch.exp(logp - logp.detach())
     obj = torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)

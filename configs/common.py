@@ -56,6 +56,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
       dataset="rubric", data_dir="", num_train=512, num_heldout=64, min_criteria=1,
       max_criteria=3, batch_size=512, max_prompt_len=160, max_replay_prompt_len=64, system="",
       instruction_ids=(),  # () = every registered IFEval criterion
+      # prompts are padded to the batch's longest, rounded up to a multiple of
+      # prompt_bucket (at most max_prompt_len / max_replay_prompt_len); 0 = always the max
+      prompt_bucket=32,
       path="", heldout_path=""))  # dataset "jsonl": your prompts files (rljax/data/prompts.py)
   c.rollout = mlc.ConfigDict(dict(
       num_generations=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,

@@ -116,6 +116,8 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"{tuple(shape)})")
   _need(d.max_prompt_len >= 1, "data.max_prompt_len", "must be >= 1")
   _need(d.max_replay_prompt_len >= 1, "data.max_replay_prompt_len", "must be >= 1")
+  _need(d.get("prompt_bucket", 0) >= 0, "data.prompt_bucket",
+        "must be >= 0 (0: pad every prompt to data.max_prompt_len)")
   _need(1 <= d.min_criteria <= d.max_criteria, "data.min_criteria",
         f"need 1 <= min_criteria <= max_criteria, got {d.min_criteria}, {d.max_criteria}")
   # reward

@@ -87,6 +87,14 @@ def any_process(flag: bool) -> bool:
   return bool(np.asarray(multihost_utils.process_allgather(np.asarray([flag], np.int32))).any())
 
 
+def max_over_processes(value: int) -> int:
+  """The largest of one integer per process, on every process (one process: itself)."""
+  if jax.process_count() == 1:
+    return int(value)
+  from jax.experimental import multihost_utils
+  return int(np.asarray(multihost_utils.process_allgather(np.asarray([value], np.int64))).max())
+
+
 def writer_first(name: str, fn: Callable[[], Any]) -> Any:
   """Process 0 runs `fn`, the others wait, then run it too (then a no-op when `fn` is
   idempotent over a shared directory, e.g. preparing a dataset; on hosts with their own

@@ -45,10 +45,30 @@ def left_pad(rows: list[list[int]], length: int, pad_id: int, what: str, key: st
   mask = np.zeros((len(rows), length), np.int32)
   for i, r in enumerate(rows):
     if len(r) > length:
-      raise ValueError(f"{what} row {i} has {len(r)} tokens > data.max_prompt_len={length}; "
-                       "raise data.max_prompt_len")
+      raise ValueError(f"{what} row {i} has {len(r)} tokens > {key}={length}; raise {key}")
     ids[i, length - len(r):], mask[i, length - len(r):] = r, 1
   return ids, mask
+
+
+def bucket_len(longest: int, bucket: int, cap: int) -> int:
+  """The padded prompt length for a batch whose longest prompt has `longest` tokens:
+  rounded up to a multiple of `bucket` (0: no bucketing, always `cap`), at most `cap`."""
+  if not bucket:
+    return cap
+  return min(cap, max(1, -(-longest // bucket)) * bucket)
+
+
+def trim_left(arrays, length: int):
+  """Keeps the last `length` columns (the last axis) of left-padded arrays."""
+  return tuple(a[..., a.shape[-1] - length:] for a in arrays)
+
+
+def left_pad_to(a, length: int):
+  """Left-pads the last axis of `a` with zeros (masked pad) up to `length`."""
+  a = np.asarray(a)
+  if a.shape[-1] >= length:
+    return a
+  return np.pad(a, [(0, 0)] * (a.ndim - 1) + [(length - a.shape[-1], 0)])
 
 
 def build_step_parts(cfg: mlc.ConfigDict, vocab_size: int):
@@ -203,6 +223,16 @@ class Trainer:
                      "rubric-free prompt x-", "data.max_replay_prompt_len")
     if self.step_cfg.replay_mode == "per_criterion":
       minus = minus + self._tokenize_ablations(examples)
+    # Prompt bucketing: drop the left-padding columns no row of the (global) batch needs,
+    # keeping a multiple of data.prompt_bucket, so the sampler and the step see the
+    # batch's lengths, not the maxima (numerically the same: pad keys are masked out).
+    bucket = d.get("prompt_bucket", 0)
+    fit = lambda mask, cap: bucket_len(dist.max_over_processes(int(mask.sum(-1).max(initial=0))),
+                                       bucket, cap)
+    plus = trim_left(plus, fit(plus[1], d.max_prompt_len))
+    minus = (trim_left(minus[:2], fit(minus[1], d.max_replay_prompt_len))
+             + (trim_left(minus[2:4], fit(minus[3], d.max_prompt_len)) + minus[4:]
+                if len(minus) > 2 else ()))
     return plus, minus
 
   def _tokenize_ablations(self, examples):
@@ -552,7 +582,9 @@ def _rollout_metrics(roll, batch) -> dict:
   out = {"reward/mean": float(np.mean(roll["rewards"])),
          "reward/std": float(np.std(roll["rewards"])),
          "response/length_mean": float(mask.sum(1).mean()),
-         "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B)))}
+         "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B))),
+         # x+ columns after prompt bucketing (data.prompt_bucket)
+         "rollout/prompt_len": float(batch["tokens_BxL"].shape[1] - mask.shape[1])}
   for k in ("csr", "aon", "overlong_penalty", "accuracy"):
     if k in info:
       out[f"reward/{k}"] = float(np.mean(info[k]))
@@ -565,7 +597,7 @@ def _refill(roll, keep, extra, ekeep, g):
   """Replaces uninformative groups of `roll` by informative ones of `extra`."""
   bad = [i for i, k in enumerate(keep) if not k]
   good = [i for i, k in enumerate(ekeep) if k]
-  roll = dict(roll)
+  roll, extra = _common_prompt_lens(roll, extra)
   roll.pop("examples", None)  # rows were replaced: this host's example list is stale
   for dst, src in zip(bad, good):
     sl_d, sl_s = slice(dst * g, (dst + 1) * g), slice(src * g, (src + 1) * g)
@@ -582,6 +614,25 @@ def _refill(roll, keep, extra, ekeep, g):
     keep = keep.copy()
     keep[dst] = True
   return roll, keep
+
+
+def _common_prompt_lens(a, b):
+  """Two rollouts whose prompts were bucketed to different lengths, left-padded to the
+  longer of each pair (x+, x-, per-criterion x-) so their rows can be exchanged."""
+  a, b = dict(a), dict(b)
+  plus = max(a["plus"][0].shape[-1], b["plus"][0].shape[-1])
+  for d in (a, b):
+    d["r"] = d["r"]._replace(prompt_ids_BxP=left_pad_to(d["r"].prompt_ids_BxP, plus),
+                             prompt_mask_BxP=left_pad_to(d["r"].prompt_mask_BxP, plus))
+    d["plus"] = tuple(left_pad_to(x, plus) for x in d["plus"])
+  for lo, hi in ((0, 2), (2, 4)):
+    if len(a["minus"]) >= hi:
+      n = max(a["minus"][lo].shape[-1], b["minus"][lo].shape[-1])
+      for d in (a, b):
+        m = list(d["minus"])
+        m[lo:hi] = [left_pad_to(x, n) for x in m[lo:hi]]
+        d["minus"] = tuple(m)
+  return a, b
 
 
 def _put(dst, src, sl_d, sl_s):

@@ -140,7 +140,10 @@ def test_cort_flops_within_budget_and_replay_is_forward_only():
 # bit-identical params on the same machine. μ = 1 keeps this step.
 # (the same check gave tis: (-0.0503319576382637, 644.7039019886538), no transform:
 # (-0.3918052315711975, 649.655642292524); one case is kept to save compile time)
-GOLDEN_FUSED = {("cort_no_ramp",): (-0.3918052613735199, 649.7132911886475)}
+# Re-recorded when the decoder's projections became 2-D matmuls (issue 13): same loss,
+# Σ|params| 649.7132911886475 -> 649.7132408...: a relative 7.7e-8 from the matmuls'
+# summation order, amplified by Adam's first steps.
+GOLDEN_FUSED = {("cort_no_ramp",): (-0.3918052613735199, 649.713240853)}
 
 
 @pytest.mark.parametrize("transforms", list(GOLDEN_FUSED), ids=["cort"])

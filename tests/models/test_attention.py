@@ -72,3 +72,28 @@ def test_bad_remat_and_attention_names():
     create_model(TINY, remat="sometimes")
   with pytest.raises(ValueError, match="attention"):
     TINY.replace(attention="flash3")
+
+
+def test_swiglu_backward_equals_autodiff():
+  """The decoder's hand-written silu(g) * u backward equals JAX's autodiff of it."""
+  from rljax.models.decoder import swiglu
+  ks = jax.random.split(jax.random.key(3), 3)
+  g, u, w = (4 * jax.random.normal(k, (5, 7)) for k in ks)  # large |g|: both sigmoid tails
+  plain = lambda g, u: jnp.sum(jax.nn.silu(g) * u * w)
+  mine = lambda g, u: jnp.sum(swiglu(g, u) * w)
+  np.testing.assert_allclose(mine(g, u), plain(g, u), rtol=1e-6)
+  for a, b in zip(jax.grad(mine, (0, 1))(g, u), jax.grad(plain, (0, 1))(g, u)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_layer_unroll_policy():
+  """Deep models: the cache-less forward unrolls its layers on CPU, the cached one loops;
+  shallow ones unroll; an explicit value wins; a TPU target keeps the loop."""
+  from rljax.models.decoder import layer_unroll
+  deep = TINY.replace(num_layers=30)
+  assert layer_unroll(TINY) == 2 and layer_unroll(TINY, cached=True) == 2
+  assert layer_unroll(deep) == 30 and layer_unroll(deep, cached=True) == 1
+  assert layer_unroll(deep, override=3) == 3
+  from unittest import mock
+  with mock.patch("rljax.models.pallas_attention.target_platform", return_value="tpu"):
+    assert layer_unroll(deep) == 1

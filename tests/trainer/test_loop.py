@@ -79,3 +79,41 @@ def test_other_objectives_run(tmp_path, name):
     assert "reward/overlong_penalty" in final and "rollout/resample_tries" in final
   else:
     assert final["mismatch/abs_log_ratio_mean"] > 0  # the quantized sampler differs
+
+
+def test_prompt_bucketing_is_exact(tmp_path):
+  """data.prompt_bucket pads x+ / x- (and the per-criterion x-) to the batch's longest
+  prompt rounded up to the bucket instead of the maxima: same rollouts, same updates."""
+  over = {"train.steps": 2, "checkpoint.every": 0, "objective.replay_mode": "per_criterion",
+          "data.max_prompt_len": 160, "data.max_replay_prompt_len": 128}
+  _, wd0 = _run(tmp_path, "full", **over, **{"data.prompt_bucket": 0})
+  _, wd1 = _run(tmp_path, "bucketed", **over, **{"data.prompt_bucket": 16})
+  full, bucketed = read_metrics(wd0), read_metrics(wd1)
+  assert [r["rollout/prompt_len"] for r in full] == [160, 160]
+  assert all(r["rollout/prompt_len"] < 160 and r["rollout/prompt_len"] % 16 == 0
+             for r in bucketed), [r["rollout/prompt_len"] for r in bucketed]
+  for a, b in zip(full, bucketed):
+    for k in ("reward/csr", "response/length_mean", "loss", "actor/grad_norm",
+              "cort/delta_mean", "transform/cort/weight_mean", "eval/prompt_level_strict"):
+      if k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=2e-4, atol=1e-6, err_msg=k)
+
+
+def test_bucket_helpers():
+  from rljax.trainer import _common_prompt_lens, bucket_len, left_pad_to, trim_left
+  assert [bucket_len(n, 32, 160) for n in (1, 32, 33, 150, 160)] == [32, 32, 64, 160, 160]
+  assert bucket_len(40, 0, 160) == 160 and bucket_len(0, 32, 160) == 32
+  ids = np.array([[0, 0, 5, 6], [0, 7, 8, 9]])
+  (t,) = trim_left((ids,), 3)
+  np.testing.assert_array_equal(t, ids[:, 1:])
+  np.testing.assert_array_equal(left_pad_to(t, 4), ids)
+  import collections
+  R = collections.namedtuple("R", "prompt_ids_BxP prompt_mask_BxP")
+  mk = lambda p, m: {"r": R(np.ones((2, p)), np.ones((2, p))), "plus": (np.ones((1, p)),) * 2,
+                     "minus": (np.ones((1, m)),) * 2 + (np.ones((1, 2, p + 1)),) * 2
+                     + (np.zeros((1, 2)),)}
+  a, b = _common_prompt_lens(mk(4, 3), mk(6, 2))
+  for d in (a, b):
+    assert d["r"].prompt_ids_BxP.shape == (2, 6) and d["plus"][1].shape == (1, 6)
+    assert [x.shape for x in d["minus"]] == [(1, 3), (1, 3), (1, 2, 7), (1, 2, 7), (1, 2)]
+  assert a["plus"][1][0, :2].sum() == 0  # zeros: masked left padding
