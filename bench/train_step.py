@@ -8,8 +8,10 @@ Rows: the rljax GRPO step for each `remat/attention` variant (Decoder remat poli
 none | dots | full; ModelConfig.attention: dense | blockwise), the rljax CoRT step
 (trainer + rubric-free replay in one jit) for the last variant, and a PyTorch reference
 step (transformers model, the same GRPO loss on the completion logits only,
-torch.optim.AdamW) on the same weights and batch. All steps alternate call by call in
-one process (medians of --rounds, the machine is shared); memory is XLA's
+torch.optim.AdamW) on the same weights and batch. Each implementation runs in its own
+worker process (bench/interleave.py); the rljax steps run one at a time, each alternating
+call by call with the same PyTorch worker (medians of --rounds; the machine is shared, and
+one process holding every compiled step ran out of memory headroom); memory is XLA's
 memory_analysis of the compiled step (temp = activations and scratch; peak = arguments +
 outputs + temp - aliased, the state being donated). Also: model FLOP utilization against
 this machine's float32 matmul peak, CoRT/GRPO time, rljax/torch speed, and each variant's
@@ -18,12 +20,15 @@ time and temp memory relative to the first. Writes bench/results/train_step.json
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -102,6 +107,44 @@ def torch_step(hf, batch, n):
   return run
 
 
+def _model_path(a):
+  if a.model == "smollm2":
+    from rljax.models.bundled import smollm2_path
+    return smollm2_path()
+  return a.tiny_dir
+
+
+def _tiny_dir():
+  from tests.models.hf_fixtures import make_hf_model
+  d = tempfile.mkdtemp(prefix="bench_tiny_")
+  make_hf_model("qwen3_qk_norm", d, hidden_size=256, intermediate_size=768,
+                num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
+                head_dim=32, vocab_size=8192)
+  return d
+
+
+def worker(a):
+  """One implementation in this process (bench/interleave.py protocol)."""
+  from bench import interleave as il
+  path = _model_path(a)
+  if a.worker == "torch":
+    import torch
+    import transformers
+    if a.model == "smollm2":
+      hf = transformers.AutoModelForCausalLM.from_pretrained(
+          os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32)
+    else:
+      hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    batch = make_batch(a.batch, a.prompt, a.response, hf.config.vocab_size)
+    return il.serve(torch_step(hf.train(), batch, a.response),
+                    lambda: {"torch_threads": torch.get_num_threads()})
+  model = variant_model(path, a.remat, a.attention)
+  batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
+  run, info = rljax_step(model, batch, a.response, ("cort_no_ramp",) if a.worker == "cort" else (),
+                         g=4)
+  il.serve(run, lambda: info)
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--batch", type=int, default=8)
@@ -114,81 +157,71 @@ def main():
   ap.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=True)
   ap.add_argument("--cort", action=argparse.BooleanOptionalAction, default=True)
   ap.add_argument("--memory-only", action="store_true", help="compile and report memory only")
+  ap.add_argument("--worker", choices=("grpo", "cort", "torch"))
+  ap.add_argument("--model", default="tiny")
+  ap.add_argument("--tiny-dir", default="")
+  ap.add_argument("--remat", default="none")
+  ap.add_argument("--attention", default="dense")
   a = ap.parse_args()
-  import statistics
-  import time
-
-  import torch
-  import transformers
-  from tests.models.hf_fixtures import make_hf_model
+  if a.worker:
+    return worker(a)
+  from bench import interleave as il
 
   peak = None if a.memory_only else matmul_peak()
   variants = [tuple(v.split("/")) for v in a.variants.split(",")]
-  rows, setups = [], []
-  tmp = tempfile.TemporaryDirectory()
-  if a.tiny:
-    hf = make_hf_model("qwen3_qk_norm", tmp.name, hidden_size=256, intermediate_size=768,
-                       num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4,
-                       head_dim=32, vocab_size=8192).train()
-    setups.append(("tiny-qwen3 (4L, d256, V8192)", hf, tmp.name))
-  if a.smollm2:
-    from rljax.models.bundled import smollm2_path
-    p = smollm2_path()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(p), gguf_file=os.path.basename(p), dtype=torch.float32).train()
-    setups.append(("SmolLM2-135M", hf, p))
-  for name, hf, path in setups:
-    runs, infos = {}, {}
-    for remat, attn in variants:
-      model = variant_model(path, remat, attn)
-      batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
-      runs[f"GRPO {remat}/{attn}"], infos[f"GRPO {remat}/{attn}"] = rljax_step(
-          model, batch, a.response, (), g=4)
-    if a.cort:
-      runs[f"CoRT {remat}/{attn}"], infos[f"CoRT {remat}/{attn}"] = rljax_step(
-          model, batch, a.response, ("cort_no_ramp",), g=4)
-    if a.memory_only:
-      ref = f"GRPO {variants[0][0]}/{variants[0][1]}"
-      for k, info in infos.items():
-        rows.append({"model": name, "step": k, "temp_gb": info["temp_gb"],
-                     "peak_gb": info["peak_gb"],
-                     "temp_vs_ref": info["temp_gb"] / infos[ref]["temp_gb"],
-                     "peak_vs_ref": info["peak_gb"] / infos[ref]["peak_gb"]})
-      continue
-    runs["torch GRPO"] = torch_step(hf, batch, a.response)
-    times = {k: [] for k in runs}
-    for r in range(a.rounds + 1):  # round 0 warms up
-      for k, fn in runs.items():
-        t = time.perf_counter()
-        fn()
-        if r:
-          times[k].append(time.perf_counter() - t)
-      if r:
-        print(f"round {r}: " + "  ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    tokens = a.batch * (a.prompt + a.response)
+  models = (["tiny"] if a.tiny else []) + (["smollm2"] if a.smollm2 else [])
+  names = {"tiny": "tiny-qwen3 (4L, d256, V8192)", "smollm2": "SmolLM2-135M"}
+  rows = []
+  for model in models:
+    tiny_dir = _tiny_dir() if model == "tiny" else ""
+    common = [os.path.abspath(__file__), f"--model={model}", f"--tiny-dir={tiny_dir}"] + [
+        f"--{k}={getattr(a, k)}" for k in ("batch", "prompt", "response")]
+    steps = [("grpo", r, at) for r, at in variants] + (
+        [("cort",) + variants[-1]] if a.cort else [])
+    torch_w = None if a.memory_only else il.Worker("torch", common + ["--worker=torch"])
+    res = {}
+    # one rljax worker at a time (each holds a compiled step and its buffers), alternating
+    # call by call with the same PyTorch worker: every ratio comes from one interleaved run
+    for kind, remat, attn in steps:
+      key = f"{kind.upper()} {remat}/{attn}"
+      w = il.Worker(key, common + [f"--worker={kind}", f"--remat={remat}",
+                                   f"--attention={attn}"])
+      try:
+        info = json.loads(w.ask("info"))
+        times = {} if a.memory_only else il.interleaved([w, torch_w], a.rounds)
+      finally:
+        w.close()
+      res[key] = (info, times)
+    if torch_w:
+      torch_w.close()
     ref = f"GRPO {variants[0][0]}/{variants[0][1]}"
-    for k, t in med.items():
-      info = infos.get(k, {})
-      fl = info.get("flops", infos[ref]["flops"])
-      rows.append({"model": name, "step": k, "time_s": t, "tok_s": tokens / t,
-                   "mfu": fl / t / peak, "vs_torch": med["torch GRPO"] / t,
-                   "time_vs_ref": t / med[ref], "temp_gb": info.get("temp_gb"),
-                   "peak_gb": info.get("peak_gb"),
-                   "temp_vs_ref": info["temp_gb"] / infos[ref]["temp_gb"] if info else None})
-    if a.cort:
+    tokens = a.batch * (a.prompt + a.response)
+    for key, (info, times) in res.items():
+      row = {"model": names[model], "step": key, "temp_gb": info["temp_gb"],
+             "peak_gb": info["peak_gb"], "temp_vs_ref": info["temp_gb"] / res[ref][0]["temp_gb"],
+             "peak_vs_ref": info["peak_gb"] / res[ref][0]["peak_gb"]}
+      if times:
+        t, tt = statistics.median(times[key]), statistics.median(times["torch"])
+        rt, rtt = statistics.median(res[ref][1][ref]), statistics.median(res[ref][1]["torch"])
+        row.update(time_s=t, torch_s=tt, tok_s=tokens / t, mfu=info["flops"] / t / peak,
+                   vs_torch=tt / t, time_vs_ref=(t / tt) / (rt / rtt), times_s=times)
+      rows.append(row)
+    if a.cort and not a.memory_only:
       last = f"{variants[-1][0]}/{variants[-1][1]}"
-      rows.append({"model": name, "step": "CoRT/GRPO time",
-                   "time_s": med[f"CoRT {last}"] / med[f"GRPO {last}"]})
-    rows[-1]["times_s"] = times
+      c, g = res[f"CORT {last}"], res[f"GRPO {last}"]
+      ratio = ((statistics.median(c[1][f"CORT {last}"]) / statistics.median(c[1]["torch"]))
+               / (statistics.median(g[1][f"GRPO {last}"]) / statistics.median(g[1]["torch"])))
+      rows.append({"model": names[model], "step": "CoRT/GRPO time", "time_s": ratio})
   report("train_step_memory" if a.memory_only else "train_step",
-         ["model", "step", "time_s", "tok_s", "mfu", "vs_torch", "time_vs_ref",
+         ["model", "step", "time_s", "torch_s", "tok_s", "mfu", "vs_torch", "time_vs_ref",
           "temp_gb", "peak_gb", "temp_vs_ref", "peak_vs_ref"], rows,
          {"matmul_peak_gflops": peak and peak / 1e9, "batch": a.batch, "prompt": a.prompt,
-          "response": a.response, "torch_threads": torch.get_num_threads(),
-          "rounds": a.rounds, "loadavg": [round(x, 2) for x in os.getloadavg()],
-          "note": "mfu = XLA cost-analysis FLOPs of the step / time / peak "
-                  "(the torch row uses the reference variant's FLOP count)"})
+          "response": a.response, "rounds": a.rounds,
+          "loadavg": [round(x, 2) for x in os.getloadavg()],
+          "note": "each rljax step runs in its own worker process, alternating call by call "
+                  "with one PyTorch worker: vs_torch = torch median / rljax median of that "
+                  "pair; time_vs_ref and CoRT/GRPO are ratios of those per-pair ratios; "
+                  "mfu = XLA cost-analysis FLOPs of the step / time / the 2048^3 matmul peak"})
 
 
 if __name__ == "__main__":

@@ -258,7 +258,8 @@ class Decoder(nnx.Module):
 
       if self.remat != "none":
         layer = jax.checkpoint(layer, policy=REMAT_POLICIES[self.remat])
-      x, _ = jax.lax.scan(layer, x, params, unroll=layer_unroll(cfg, self.scan_unroll))
+      x, _ = jax.lax.scan(layer, x, params, unroll=layer_unroll(
+          cfg, self.scan_unroll, remat=self.remat != "none"))
       return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
 
     s = cache.valid_BxS.shape[1]
@@ -313,19 +314,24 @@ class Decoder(nnx.Module):
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
 
 
-def layer_unroll(cfg: ModelConfig, override: int | None = None, cached: bool = False) -> int:
+def layer_unroll(cfg: ModelConfig, override: int | None = None, cached: bool = False,
+                 remat: bool = False) -> int:
   """How many layers one scan iteration runs. Shallow models (<= 8 layers) are unrolled.
   Deep ones keep a loop (compile time does not grow with depth), except the cache-less
-  (training / scoring) forward on XLA:CPU, which is unrolled: there a rolled scan
-  zero-fills and slices [L, ...] stacks of residuals and gradients every step (SmolLM2's
-  30-layer GRPO step 16.6 s rolled, 15.0 s unrolled; compile 12 s). The cached (sampler)
-  path stays rolled: unrolled, XLA:CPU copies each layer's weights out of the stack, and
-  a 32-row decode step took 259 ms instead of 110 ms. The platform is the traced
-  program's (`pallas_attention.target_platform`)."""
+  (training / scoring) forward without remat on XLA:CPU, which is unrolled: there a
+  rolled scan zero-fills and slices [L, ...] stacks of residuals and gradients every step
+  (SmolLM2's 30-layer GRPO step 16.6 s rolled, 15.0 s unrolled; compile 12 s).
+  - The cached (sampler) path stays rolled: unrolled, XLA:CPU copies each layer's weights
+    out of the stack, and a 32-row decode step took 259 ms instead of 110 ms.
+  - A rematerialized stack stays rolled: unrolled, XLA schedules every layer's recompute
+    ahead of the backward and the saving is lost (remat=dots: 4.5 GB of temporaries
+    instead of 2.5 GB).
+  The platform is the traced program's (`pallas_attention.target_platform`)."""
   if override:
     return int(override)
   l = cfg.num_layers
-  return l if l <= 8 or (not cached and pallas_attention.target_platform() == "cpu") else 1
+  cpu = pallas_attention.target_platform() == "cpu"
+  return l if l <= 8 or (cpu and not cached and not remat) else 1
 
 
 def attention_impl(cfg: ModelConfig) -> str:

@@ -87,12 +87,14 @@ def test_swiglu_backward_equals_autodiff():
 
 
 def test_layer_unroll_policy():
-  """Deep models: the cache-less forward unrolls its layers on CPU, the cached one loops;
+  """Deep models: the cache-less forward unrolls its layers on CPU, the cached or
+  rematerialized one loops;
   shallow ones unroll; an explicit value wins; a TPU target keeps the loop."""
   from rljax.models.decoder import layer_unroll
   deep = TINY.replace(num_layers=30)
   assert layer_unroll(TINY) == 2 and layer_unroll(TINY, cached=True) == 2
   assert layer_unroll(deep) == 30 and layer_unroll(deep, cached=True) == 1
+  assert layer_unroll(deep, remat=True) == 1
   assert layer_unroll(deep, override=3) == 3
   from unittest import mock
   with mock.patch("rljax.models.pallas_attention.target_platform", return_value="tpu"):
