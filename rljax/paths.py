@@ -61,9 +61,17 @@ def makedirs(p) -> epath.Path:
 
 
 def write_text(p, text: str) -> None:
+  """Replaces the file whole: a reader (another process of the run checking config.json)
+  sees the old or the new text, never a truncated one. Local files go through a temp file
+  and `os.replace`; a bucket object appears only once written."""
   q = path(p)
   q.parent.mkdir(parents=True, exist_ok=True)
-  q.write_text(text)
+  if is_remote(q):
+    q.write_text(text)
+    return
+  tmp = q.parent / f".{q.name}.{os.getpid()}.tmp"
+  tmp.write_text(text)
+  os.replace(tmp, q)
 
 
 def read_text(p) -> str:

@@ -134,3 +134,27 @@ def test_orbax_checkpoints_on_a_bucket(fake_gcs, gcs_server):
   assert meta["step"] == 3 and int(out["n"]) == 6
   np.testing.assert_array_equal(np.asarray(out["w"]), np.arange(8.0).reshape(4, 2) + 3)
   assert out["w"].sharding == state["w"].sharding
+
+
+def test_write_text_replaces_whole_file(tmp_path):
+  """A concurrent reader never sees a truncated file (the 2-process resume read an empty
+  config.json while process 0 rewrote it)."""
+  import threading
+  from rljax import paths
+  f = tmp_path / "config.json"
+  texts = ["{" + "x" * 200_000 + "}", "{" + "y" * 100_000 + "}"]
+  paths.write_text(f, texts[0])
+  seen, stop = set(), threading.Event()
+
+  def read():
+    while not stop.is_set():
+      seen.add(len(f.read_text()))
+
+  t = threading.Thread(target=read)
+  t.start()
+  for i in range(200):
+    paths.write_text(f, texts[i % 2])
+  stop.set()
+  t.join()
+  assert seen <= {len(x) for x in texts}, sorted(seen)[:5]
+  assert [p.name for p in tmp_path.iterdir()] == ["config.json"]  # no temp file left
