@@ -80,8 +80,11 @@ def rljax_step(model, batch, n, transforms, g):
 
 
 def variant_model(path_or_dir, remat, attention):
+  """The model as the trainer runs it on CPU (layers unrolled where `layer_unroll` allows)."""
   from rljax.models import load_model
-  return load_model(path_or_dir, remat=remat, attention=attention)
+  model = load_model(path_or_dir, remat=remat, attention=attention)
+  model.scan_unroll = model.cfg.num_layers
+  return model
 
 
 def torch_step(hf, batch, n):

@@ -151,6 +151,8 @@ class Trainer:
       model = load_model(resolve(c.path), mesh=self.mesh, remat=c.remat,
                          param_dtype=c.param_dtype, dtype=c.dtype,
                          attention=c.get("attention", "dense"))
+    if jax.default_backend() == "cpu":  # unrolled layers: a faster step, a longer compile
+      model.scan_unroll = model.cfg.num_layers
     self.model_cfg = model.cfg
     k = self.cfg.rollout.record_topk
     if k > self.model_cfg.vocab_size:

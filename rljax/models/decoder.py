@@ -212,7 +212,8 @@ class Decoder(nnx.Module):
     # `dot(spec, x, w)` (every activation x weight einsum) and `kv(x_BxTxKxE)` (keys and
     # values as attention reads them). rljax.rollout uses it for W8A8 and quantized KV.
     self.numerics = numerics
-    # Layer-scan unrolling (None: automatic, `layer_unroll`); an int overrides it.
+    # Layers per scan iteration of the cache-less forward of a deep model (None: 1; see
+    # `layer_unroll`); the trainer sets it to num_layers on CPU.
     self.scan_unroll = None
     pd = cfg.jnp_param_dtype
     self.embed = _param(rngs, (cfg.vocab_size, cfg.hidden_size), pd)
@@ -317,21 +318,23 @@ class Decoder(nnx.Module):
 def layer_unroll(cfg: ModelConfig, override: int | None = None, cached: bool = False,
                  remat: bool = False) -> int:
   """How many layers one scan iteration runs. Shallow models (<= 8 layers) are unrolled.
-  Deep ones keep a loop (compile time does not grow with depth), except the cache-less
-  (training / scoring) forward without remat on XLA:CPU, which is unrolled: there a
-  rolled scan zero-fills and slices [L, ...] stacks of residuals and gradients every step
-  (SmolLM2's 30-layer GRPO step 16.6 s rolled, 15.0 s unrolled; compile 12 s).
+  Deep ones keep a loop (compile time does not grow with depth) unless `override`
+  (`Decoder.scan_unroll`) asks otherwise for the cache-less forward without remat. The
+  trainer sets it to the depth on CPU: there a rolled scan zero-fills and slices [L, ...]
+  stacks of residuals and gradients every step (SmolLM2's 30-layer GRPO step 16.6 s
+  rolled, 15.0 s unrolled; compile 12 s instead of about 3 s, which is why it is not the
+  default: many short programs, e.g. the tests, pay more in compiling than they gain).
   - The cached (sampler) path stays rolled: unrolled, XLA:CPU copies each layer's weights
     out of the stack, and a 32-row decode step took 259 ms instead of 110 ms.
   - A rematerialized stack stays rolled: unrolled, XLA schedules every layer's recompute
     ahead of the backward and the saving is lost (remat=dots: 4.5 GB of temporaries
-    instead of 2.5 GB).
-  The platform is the traced program's (`pallas_attention.target_platform`)."""
-  if override:
-    return int(override)
+    instead of 2.5 GB)."""
   l = cfg.num_layers
-  cpu = pallas_attention.target_platform() == "cpu"
-  return l if l <= 8 or (cpu and not cached and not remat) else 1
+  if l <= 8:
+    return l
+  if cached or remat or not override:
+    return 1
+  return int(override)
 
 
 def attention_impl(cfg: ModelConfig) -> str:

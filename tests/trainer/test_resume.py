@@ -21,9 +21,12 @@ def _cmd(wd, data_dir, steps=STEPS, sync_every=1):
           f"--workdir={wd}"]
 
 
-def _env():
+def _env(cache=None):
   env = dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] = ""  # one CPU device, like a plain run
+  if cache:  # later runs load the first run's compiled programs (the same executables)
+    env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
   return env
 
 
@@ -48,10 +51,11 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, sync_every):
   one and on two processes; it ran here too until CI neared its 30-minute budget.)"""
   data = str(tmp_path / "tfds")
   full = str(tmp_path / "full")
-  subprocess.run(_cmd(full, data, sync_every=sync_every), cwd=ROOT, env=_env(), check=True,
+  env = _env(tmp_path / "jit_cache")
+  subprocess.run(_cmd(full, data, sync_every=sync_every), cwd=ROOT, env=env, check=True,
                  capture_output=True, timeout=600)
   killed = str(tmp_path / "killed")
-  proc = subprocess.Popen(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=_env(),
+  proc = subprocess.Popen(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   # killed after step 3: with sync_every=2 the sampler held then was synced at step 2 and is
   # still used at step 4, so the resume must restore that snapshot
@@ -61,7 +65,7 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, sync_every):
   done = sorted(int(s) for s in os.listdir(os.path.join(killed, "checkpoints", "last"))
                 if s.isdigit())
   assert done and done[-1] < STEPS
-  out = subprocess.run(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=_env(),
+  out = subprocess.run(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   assert f"resumed from {killed} at step {done[-1]}" in out.stdout
