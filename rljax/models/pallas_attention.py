@@ -61,18 +61,12 @@ def _block(t: int) -> int:
   return next(b for b in (512, 256, 128) if t % b == 0)
 
 
-def target_platform() -> str:
-  """The platform of the program being traced: the context mesh's, else the default
-  backend's (an AOT compile for a TPU topology traces under a TPU mesh on a CPU host)."""
+def on_tpu() -> bool:
+  """Whether the program being traced targets TPU (the context mesh's platform, else the
+  default backend); elsewhere the kernels run interpreted (slow, exact)."""
   mesh = jax.sharding.get_abstract_mesh()
   device = None if mesh.empty else mesh.abstract_device
-  return getattr(device, "platform", None) or jax.default_backend()
-
-
-def on_tpu() -> bool:
-  """Whether the program being traced targets TPU; elsewhere the kernels run interpreted
-  (slow, exact)."""
-  return target_platform() == "tpu"
+  return (getattr(device, "platform", None) or jax.default_backend()) == "tpu"
 
 
 @functools.lru_cache(maxsize=32)
