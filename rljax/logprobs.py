@@ -39,8 +39,8 @@ def sampling_logits(logits_NxV, temperature: float = 1.0, top_k: int = 0, top_p:
   return x
 
 
-def _chunk_stats(h_CxD, w_DxV, tgt_C, head_CxK, temperature, top_k, top_p):
-  logits = jnp.einsum("cd,dv->cv", h_CxD, w_DxV.astype(h_CxD.dtype),
+def _chunk_stats(h_CxD, w, tgt_C, head_CxK, temperature, top_k, top_p, layout):
+  logits = jnp.einsum(f"cd,{layout}->cv", h_CxD, w.astype(h_CxD.dtype),
                       preferred_element_type=jnp.float32)
   x = sampling_logits(logits, temperature, top_k, top_p)
   logz = jax.nn.logsumexp(x, axis=-1, keepdims=True)
@@ -52,15 +52,20 @@ def _chunk_stats(h_CxD, w_DxV, tgt_C, head_CxK, temperature, top_k, top_p):
   return logp, ent, head
 
 
-@functools.partial(jax.jit, static_argnames=("temperature", "top_k", "top_p", "chunk_size"))
-def token_logprobs(hidden_BxTxD, unembed_DxV, targets_BxT, head_ids_BxTxK=None, *,
+@functools.partial(jax.jit, static_argnames=("temperature", "top_k", "top_p", "chunk_size",
+                                             "layout"))
+def token_logprobs(hidden_BxTxD, unembed, targets_BxT, head_ids_BxTxK=None, *,
                    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                   chunk_size: int = 512):
+                   chunk_size: int = 512, layout: str = "dv"):
   """Returns dict(logp_BxT, entropy_BxT[, head_logp_BxTxK]) in float32; differentiable.
 
-  `hidden_BxTxD[:, t]` predicts `targets_BxT[:, t]`. Peak extra memory is one
+  `hidden_BxTxD[:, t]` predicts `targets_BxT[:, t]`. `unembed` is [D, V] (layout "dv") or
+  [V, D] (layout "vd": a tied embedding as stored, see `Decoder.unembedding`, so its
+  gradient accumulates in the embedding's own layout). Peak extra memory is one
   [chunk_size, V] float32 block instead of [B*T, V].
   """
+  if layout not in ("dv", "vd"):
+    raise ValueError(f"token_logprobs: layout={layout!r}; 'dv' for [D, V], 'vd' for [V, D]")
   b, t, d = hidden_BxTxD.shape
   n = b * t
   c = min(chunk_size, n)
@@ -76,11 +81,11 @@ def token_logprobs(hidden_BxTxD, unembed_DxV, targets_BxT, head_ids_BxTxK=None, 
   @jax.checkpoint
   def chunk(w, x):
     head = x[2] if len(x) == 3 else None
-    return _chunk_stats(x[0], w, x[1], head, temperature, top_k, top_p)
+    return _chunk_stats(x[0], w, x[1], head, temperature, top_k, top_p, layout)
 
   # The unembedding is a scan constant (closed over), not a carry: a carry would be
   # saved once per chunk for the backward pass.
-  _, (logp, ent, head) = jax.lax.scan(lambda c, x: (c, chunk(unembed_DxV, x)), None, xs)
+  _, (logp, ent, head) = jax.lax.scan(lambda c, x: (c, chunk(unembed, x)), None, xs)
   out = {"logp_BxT": logp.reshape(-1)[:n].reshape(b, t),
          "entropy_BxT": ent.reshape(-1)[:n].reshape(b, t)}
   if head is not None:

@@ -69,3 +69,20 @@ def test_never_materializes_full_logits():
   hlo = g.lower(h, w).compile().as_text()
   assert "f32[256,2048]" not in hlo and "f32[4,64,2048]" not in hlo
   assert "f32[32,2048]" in hlo
+
+
+def test_vd_layout_equals_dv_and_keeps_the_gradient_in_its_layout():
+  """layout="vd" takes the unembedding as [V, D] (a tied embedding as stored): the same
+  logprobs and gradients as [D, V], and the weight gradient is never a [D, V] array."""
+  h, w, y = _inputs(b=4, t=64, d=16, v=2048)
+  f = lambda h, w, layout: token_logprobs(h, w, y, chunk_size=32, layout=layout)["logp_BxT"]
+  np.testing.assert_allclose(f(h, w.T, "vd"), f(h, w, "dv"), rtol=1e-6, atol=1e-6)
+  grad = lambda layout, w: jax.jit(jax.grad(lambda h, w: f(h, w, layout).sum(), (0, 1)))
+  gh_dv, gw_dv = grad("dv", w)(h, w)
+  gh_vd, gw_vd = grad("vd", w.T)(h, w.T)
+  np.testing.assert_allclose(gh_vd, gh_dv, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(gw_vd, gw_dv.T, rtol=1e-5, atol=1e-6)
+  hlo = grad("vd", w.T).lower(h, w.T).compile().as_text()
+  assert "f32[16,2048]" not in hlo
+  with pytest.raises(ValueError, match="layout"):
+    token_logprobs(h, w, y, layout="vdx")

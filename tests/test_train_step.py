@@ -157,3 +157,22 @@ def test_fused_step_unchanged(transforms):
   loss, want_sum = GOLDEN_FUSED[transforms]
   np.testing.assert_allclose(float(m["loss"]), loss, rtol=1e-6)
   np.testing.assert_allclose(abs_sum, want_sum, rtol=1e-9)
+
+
+def test_donated_state_is_updated_in_place():
+  """The optimizer state is donated and written in place: the compiled step holds no copy of
+  an incoming state buffer. With a `jnp.where(finite, new, old)` guard XLA copied every
+  AdamW moment at entry (the new-moment and new-parameter fusions both read the old
+  moment), and the copies lived through the whole backward pass: on SmolLM2 1.08 GB, a
+  third of the step's temporaries."""
+  import re
+  graphdef, params, opt, sc, obj = setup(transforms=())
+  state = init_state(params, opt, obj)
+  compiled = jit_train_step(graphdef, opt, sc).lower(state, make_batch(), None).compile()
+  entry = compiled.as_text().split("\nENTRY ", 1)[1]
+  params_in = re.findall(r"%?([\w.\-]+) = \S+ parameter\(\d+\)", entry)
+  assert any("opt_state" in p for p in params_in), params_in
+  copied = [p for p in params_in if re.search(rf"copy\(%?{re.escape(p)}\)", entry)]
+  assert not copied, f"state buffers copied instead of updated in place: {copied}"
+  mem = compiled.memory_analysis()
+  assert mem.alias_size_in_bytes >= sum(x.nbytes for x in jax.tree.leaves(state.opt_state))

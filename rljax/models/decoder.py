@@ -223,12 +223,23 @@ class Decoder(nnx.Module):
       self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), pd)
 
   def unembed_DxV(self) -> jax.Array:
-    """The unembedding matrix used by `rljax.logprobs` ([D, V])."""
+    """The unembedding matrix as [D, V] (a transpose of the embedding when tied)."""
     return self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
+
+  def unembedding(self) -> tuple[jax.Array, str]:
+    """The unembedding as stored and its layout for `rljax.logprobs.token_logprobs`:
+    (embed [V, D], "vd") when tied, else (lm_head [D, V], "dv"). Contracting the stored
+    layout keeps a tied model's gradient in one [V, D] buffer: through `unembed_DxV()` the
+    LM head's gradient accumulated as a separate [D, V] array (113 MB on SmolLM2) that
+    lived through the whole backward pass before being transposed and added."""
+    if self.cfg.tie_embeddings:
+      return self.embed[...], "vd"
+    return self.lm_head[...], "dv"
 
   def logits(self, hidden_BxTxD) -> jax.Array:
     """Full float32 logits; for tests and sampling, never for training losses."""
-    return jnp.einsum("btd,dv->btv", hidden_BxTxD, self.unembed_DxV().astype(hidden_BxTxD.dtype),
+    w, layout = self.unembedding()
+    return jnp.einsum(f"btd,{layout}->btv", hidden_BxTxD, w.astype(hidden_BxTxD.dtype),
                       preferred_element_type=jnp.float32)
 
   def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None,

@@ -43,8 +43,9 @@ def _score_jit(graphdef, state, ids_BxT, mask_BxT, head_BxNxK, n, temperature, t
   # hidden[:, t] predicts ids[:, t + 1]: the N response tokens are predicted by the N
   # positions ending one before the last.
   h = hidden[:, -n - 1:-1]
-  out = token_logprobs(h, model.unembed_DxV(), ids_BxT[:, -n:], head_BxNxK,
-                       temperature=temperature, top_k=top_k, top_p=top_p)
+  w, layout = model.unembedding()
+  out = token_logprobs(h, w, ids_BxT[:, -n:], head_BxNxK, temperature=temperature,
+                       top_k=top_k, top_p=top_p, layout=layout)
   live = mask_BxT[:, -n:] > 0
   res = {"logp_BxN": jnp.where(live, out["logp_BxT"], 0.0)}
   if head_BxNxK is not None:
