@@ -79,7 +79,7 @@ def get_config(arg=None):
   c.reward.name = a.reward
   c.topology = topology
   c.model.path = f"configs/models/{a.model}"
-  c.model.param_dtype, c.model.dtype, c.model.remat = "float32", "bfloat16", True
+  c.model.param_dtype, c.model.dtype, c.model.remat = "float32", "bfloat16", "full"
   c.mesh.shape = mesh
   # 16 prompts x 8 samples, rubric prompts up to 512 tokens, responses up to 2048
   c.data.batch_size, c.data.max_prompt_len, c.data.max_replay_prompt_len = 128, 512, 256

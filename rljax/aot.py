@@ -103,7 +103,8 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
                replay: bool, use_ref: bool, epochs: int = 1, num_minibatches: int = 1) -> dict:
   """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
   and the training of one rollout batch. μ = epochs × num_minibatches = 1: the fused step
-  (forward, backward, remat recompute, replay and ref forwards). μ > 1: one scoring
+  (forward, backward, remat recompute (`remat`: every layer recomputed, model.remat="full";
+  "dots" recomputes no projection and is counted as none), replay and ref forwards). μ > 1: one scoring
   forward of π_old (and the replay) over the batch, then every row trained `epochs` times
   (each update: forward, backward, remat, ref forward). Attention is counted dense over
   its key span (what the code computes, masked)."""
@@ -150,7 +151,7 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
     print("warning:", w, file=sys.stderr)
   mesh = shd.make_mesh(tuple(cfg.mesh.shape), devices=devices)
   mcfg = model_config(cfg) if model_cfg is None else model_cfg
-  remat = bool(cfg.model.remat)
+  remat = {False: "none", True: "full"}.get(cfg.model.remat, cfg.model.remat)
   graphdef, abs_state = nnx.split(_abstract(mcfg, remat))
   pure = nnx.to_pure_dict(abs_state)
   params = _shaped(pure, shd.param_shardings(pure, mesh))
@@ -165,7 +166,7 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   mu = 1 if step_cfg.fused_scoring else t.inner_epochs * t.num_minibatches
   report.update(updates_per_step=mu, grad_accum=t.grad_accum, rows=d.batch_size)
   flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
-                     r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref,
+                     r.max_new_tokens, remat == "full", step_cfg.replay, step_cfg.use_ref,
                      epochs=t.inner_epochs, num_minibatches=t.num_minibatches)
   report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
   t0 = time.time()

@@ -42,6 +42,21 @@ def test_print_config_shows_resolved_values(capsys):
   assert "lr: 0.5" in out and "- tis" in out and "steps: 4" in out
 
 
+def test_every_remat_policy_is_reachable_from_the_command_line(capsys, tmp_path):
+  """model.remat is a string ("none" | "dots" | "full"): with a bool default, "dots" (the
+  CPU memory setting of bench/README.md) could not be set from the command line."""
+  for mode in ("none", "dots", "full"):
+    with pytest.raises(SystemExit) as e:
+      train.main(["--config", "configs/cort_grpo.py:tiny", f"--config.model.remat={mode}",
+                  "--print_config"])
+    assert e.value.code == 0
+    assert f"remat: {mode}" in capsys.readouterr().out
+  with pytest.raises(SystemExit) as e:
+    train.main(["--config", "configs/cort_grpo.py:tiny", "--config.model.remat=some",
+                "--workdir", str(tmp_path / "run")])
+  assert "config.model.remat: 'some'" in str(e.value.code) + capsys.readouterr().err
+
+
 def test_help_lists_config_keys(capsys):
   with pytest.raises(SystemExit):
     train.main(["--config", "configs/cort_grpo.py", "--help"])

@@ -17,17 +17,18 @@ __all__ = ["ModelConfig", "Decoder", "KVCache", "init_cache", "positions_from_ma
            "load_hf_config", "config_from_hf_dict"]
 
 
-def _abstract(cfg: ModelConfig, remat: bool):
+def _abstract(cfg: ModelConfig, remat: bool | str):
   return nnx.eval_shape(lambda: Decoder(cfg, nnx.Rngs(0), remat=remat))
 
 
-def model_shardings(cfg: ModelConfig, mesh, remat: bool = False) -> dict:
+def model_shardings(cfg: ModelConfig, mesh, remat: bool | str = False) -> dict:
   """NamedShardings (pure dict) of every parameter, from shapes only."""
   _, state = nnx.split(_abstract(cfg, remat))
   return shd.param_shardings(nnx.to_pure_dict(state), mesh)
 
 
-def create_model(cfg: ModelConfig, mesh=None, seed: int = 0, remat: bool = False) -> Decoder:
+def create_model(cfg: ModelConfig, mesh=None, seed: int = 0,
+                 remat: bool | str = False) -> Decoder:
   """Random init; with a mesh, each parameter is created directly in its sharding."""
   import jax
   if mesh is None:
@@ -46,7 +47,7 @@ def create_model(cfg: ModelConfig, mesh=None, seed: int = 0, remat: bool = False
   return nnx.merge(graphdef, abs_state)
 
 
-def load_model(path: str, mesh=None, remat: bool = False, **overrides) -> Decoder:
+def load_model(path: str, mesh=None, remat: bool | str = False, **overrides) -> Decoder:
   """Loads a HF safetensors directory or a GGUF file; `overrides` edit the ModelConfig
   (e.g. param_dtype="bfloat16")."""
   cfg, source = open_checkpoint(path, **overrides)
