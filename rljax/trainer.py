@@ -87,7 +87,8 @@ def build_step_parts(cfg: mlc.ConfigDict, vocab_size: int):
       top_p=float(r.top_p) if t.truncate_logprobs else 1.0, chunk_size=t.logprob_chunk,
       replay=any(n.startswith("cort") for n in o.transforms),
       fused_scoring=t.inner_epochs == 1 and t.num_minibatches == 1,
-      head_k=max(r.record_topk, 0) if r.record_topk else 0, use_ref=bool(t.ref_model),
+      # record_topk -1 ('full'): the whole distribution, scored at every vocabulary id
+      head_k=vocab_size if r.record_topk == -1 else r.record_topk, use_ref=bool(t.ref_model),
       replay_policy=o.replay_policy, replay_mode=o.replay_mode,
       num_criteria_ids=len(criteria_ids()))
   return objective, optimizer, step_cfg

@@ -117,3 +117,13 @@ def test_bucket_helpers():
     assert d["r"].prompt_ids_BxP.shape == (2, 6) and d["plus"][1].shape == (1, 6)
     assert [x.shape for x in d["minus"]] == [(1, 3), (1, 3), (1, 2, 7), (1, 2, 7), (1, 2)]
   assert a["plus"][1][0, :2].sum() == 0  # zeros: masked left padding
+
+
+def test_exact_sc_with_the_full_recorded_distribution_trains(tmp_path):
+  """rollout.record_topk = -1 records the sampler's whole distribution; exact SC (`sc`)
+  needs it. The trainer used to turn -1 into head_k = 0 (no head in the batch)."""
+  from configs import sc
+  final, wd = _run(tmp_path, cfg=sc.get_config("tiny"),
+                   **{"objective.loss": "sc", "rollout.record_topk": -1, "train.steps": 1,
+                      "checkpoint.every": 0, "eval.num_prompts": 0})
+  assert np.isfinite(final["loss"]) and final["actor/num_skipped"] == 0
