@@ -103,8 +103,9 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
                replay: bool, use_ref: bool, epochs: int = 1, num_minibatches: int = 1) -> dict:
   """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
   and the training of one rollout batch. μ = epochs × num_minibatches = 1: the fused step
-  (forward, backward, remat recompute (`remat`: every layer recomputed, model.remat="full";
-  "dots" recomputes no projection and is counted as none), replay and ref forwards). μ > 1: one scoring
+  (forward, backward, remat recompute, replay and ref forwards). `remat`: every layer is
+  recomputed (model.remat="full"); "dots" recomputes no projection and counts as no
+  remat. μ > 1: one scoring
   forward of π_old (and the replay) over the batch, then every row trained `epochs` times
   (each update: forward, backward, remat, ref forward). Attention is counted dense over
   its key span (what the code computes, masked)."""
