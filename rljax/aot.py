@@ -152,8 +152,9 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
     print("warning:", w, file=sys.stderr)
   mesh = shd.make_mesh(tuple(cfg.mesh.shape), devices=devices)
   mcfg = model_config(cfg) if model_cfg is None else model_cfg
-  remat = {False: "none", True: "full"}.get(cfg.model.remat, cfg.model.remat)
-  graphdef, abs_state = nnx.split(_abstract(mcfg, remat))
+  abstract = _abstract(mcfg, cfg.model.remat)
+  remat = abstract.remat  # "none" | "dots" | "full", as the Decoder resolved it
+  graphdef, abs_state = nnx.split(abstract)
   pure = nnx.to_pure_dict(abs_state)
   params = _shaped(pure, shd.param_shardings(pure, mesh))
   objective, optimizer, step_cfg = build_step_parts(cfg, mcfg.vocab_size)

@@ -29,6 +29,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from tests.trainer.helpers import compile_cache_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, KILL_AT, TOL = 3, 2, 1e-5
 
@@ -43,8 +45,7 @@ def _env(devices, cache, processes, process, port):
   """A run of `processes` processes (1 too: jax.distributed, so gloo collectives)."""
   return dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-              JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
+              **compile_cache_env(cache),
               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(processes),
               JAX_PROCESS_ID=str(process))
 

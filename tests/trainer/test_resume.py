@@ -10,6 +10,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.trainer.helpers import compile_cache_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 5
 
@@ -25,8 +27,7 @@ def _env(cache=None):
   env = dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
   env["XLA_FLAGS"] = ""  # one CPU device, like a plain run
   if cache:  # later runs load the first run's compiled programs (the same executables)
-    env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+    env.update(compile_cache_env(cache))
   return env
 
 
