@@ -33,6 +33,36 @@ def attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS):
   return o.reshape(b, t, h, e)
 
 
+def prefix_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, pk_PxSpxKxE,
+                     pv_PxSpxKxE, pvalid_PxSp):
+  """`attention` over a shared prefix followed by each row's own keys: rows
+  `i * R .. (i + 1) * R - 1` (R = B / P) continue prompt i, whose keys / values
+  `pk[i]` / `pv[i]` (valid where `pvalid[i]`; every prefix slot precedes every query) are
+  stored once rather than once per row. Equals `attention` over the keys
+  `concat([repeat(pk, R), k], 1)` (values alike) with the mask `concat([repeat(pvalid, R)`
+  broadcast over T`, allowed], -1)`: one softmax over the prefix slots then the row's own,
+  in that order. The prefix products batch each prompt's R rows into one matmul that reads
+  its keys once: a sampler's G samples of a prompt share its prefill."""
+  b, t, h, e = q_BxTxHxE.shape
+  p, sp, kh, _ = pk_PxSpxKxE.shape
+  r, g = b // p, h // kh
+  q = q_BxTxHxE.reshape(b, t, kh, g, e)
+  s_pre = jnp.einsum("prtkge,pske->prkgts", q.reshape(p, r, t, kh, g, e), pk_PxSpxKxE,
+                     preferred_element_type=jnp.float32).reshape(b, kh, g, t, sp)
+  s_own = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE, preferred_element_type=jnp.float32)
+  s = jnp.concatenate([s_pre, s_own], -1) / math.sqrt(e)
+  allowed = jnp.concatenate(
+      [jnp.broadcast_to(jnp.repeat(pvalid_PxSp, r, axis=0)[:, None], (b, t, sp)),
+       allowed_BxTxS], -1)
+  s = jnp.where(allowed[:, None, None], s, _NEG)
+  pr = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
+  f32 = jnp.float32  # the two partial products are summed before one rounding to v's dtype
+  o = jnp.einsum("prkgts,pske->prtkge", pr[..., :sp].reshape(p, r, kh, g, t, sp), pv_PxSpxKxE,
+                 preferred_element_type=f32).reshape(b, t, kh, g, e)
+  o = o + jnp.einsum("bkgts,bske->btkge", pr[..., sp:], v_BxSxKxE, preferred_element_type=f32)
+  return o.reshape(b, t, h, e).astype(v_BxSxKxE.dtype)
+
+
 def _blocks(k, v, allowed, c):
   """Keys / values [NB, B, C, K, E], the mask [NB, B, T, C] and which keys are real
   [NB, C] (padding keys get a score below every masked one: they never count)."""

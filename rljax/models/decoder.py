@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from rljax.models import pallas_attention
-from rljax.models.attention import attention, blockwise_attention
+from rljax.models.attention import attention, blockwise_attention, prefix_attention
 from rljax.models.config import ModelConfig
 
 # Remat policies of the layer scan (Decoder(remat=...)): what each layer keeps for the
@@ -42,6 +42,21 @@ class KVCache(NamedTuple):
   index: jax.Array  # int32 scalar: next slot to write (same for every row)
   k_scale_LxBxSxK: jax.Array | None = None
   v_scale_LxBxSxK: jax.Array | None = None
+  prefix: SharedPrefix | None = None  # keys every row of a group attends first
+
+
+class SharedPrefix(NamedTuple):
+  """Read-only keys / values of P prompts, shared by the B = P * R rows of a `KVCache`
+  (rows i * R .. (i + 1) * R - 1 continue prompt i; `rljax.models.attention.
+  prefix_attention`): the sampler prefills each prompt once and keeps its cache here
+  instead of copying it to each of its G samples, so a decode step reads it once per
+  prompt. Same layout (and integer storage, with scales) as `KVCache`; the row cache then
+  holds only the generated tokens, and positions continue the prompt's."""
+  k_LxPxSxKxE: jax.Array
+  v_LxPxSxKxE: jax.Array
+  valid_PxS: jax.Array
+  k_scale_LxPxSxK: jax.Array | None = None
+  v_scale_LxPxSxK: jax.Array | None = None
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None,
@@ -288,7 +303,17 @@ class Decoder(nnx.Module):
                        "kv_store / kv_load (rljax.rollout.QuantNumerics with kv_bits)")
     zero = jnp.zeros((), jnp.int32)
     attn = attention
-    if (t == 1 and not quantized and attention_impl(cfg) == "splash"
+    prefix = cache.prefix
+    if prefix is not None:
+      if cache.valid_BxS.shape[0] % prefix.valid_PxS.shape[0]:
+        raise ValueError(f"Decoder: {cache.valid_BxS.shape[0]} cache rows are not a multiple "
+                         f"of the {prefix.valid_PxS.shape[0]} shared prefixes")
+      pnames = ("k_LxPxSxKxE", "v_LxPxSxKxE") + (("k_scale_LxPxSxK", "v_scale_LxPxSxK")
+                                                  if quantized else ())
+      pre_xs = tuple(getattr(prefix, n) for n in pnames)
+    else:
+      pre_xs = ()
+    if (t == 1 and not quantized and prefix is None and attention_impl(cfg) == "splash"
         and pallas_attention.paged_decode_supported(cfg.head_dim, cache.k_LxBxSxKxE.dtype)):
       attn = lambda q, k, v, _: pallas_attention.paged_decode_attention(
           q[:, 0], k, v, valid[:, :w])[:, None]
@@ -300,7 +325,15 @@ class Decoder(nnx.Module):
       # The stacked cache is a carry updated in place: write layer i's new slots, then read
       # layer i's first w slots for attention.
       x, bufs = carry
-      p, i = p_i
+      p, i, pre = p_i
+      load = lambda q, sc, dtype: (self.numerics.kv_load(q, sc, dtype) if quantized
+                                   else q.astype(dtype))
+      if pre:
+        pk = load(pre[0], pre[2] if quantized else None, cfg.jnp_dtype)
+        pv = load(pre[1], pre[3] if quantized else None, cfg.jnp_dtype)
+        attn_l = lambda q, k, v, a: prefix_attention(q, k, v, a, pk, pv, prefix.valid_PxS)
+      else:
+        attn_l = attn
 
       def kv_fn(k, v):
         (kq, ks), (vq, vs) = store(k), store(v)
@@ -309,18 +342,15 @@ class Decoder(nnx.Module):
             c, n.astype(c.dtype)[None], (i, zero, idx) + (zero,) * (c.ndim - 3))
                       for c, n in zip(bufs, new))
         read = [c[i, :, :w] for c in bufs2]
-        if quantized:
-          keys = self.numerics.kv_load(read[0], read[2], k.dtype)
-          values = self.numerics.kv_load(read[1], read[3], v.dtype)
-        else:
-          keys, values = read[0].astype(k.dtype), read[1].astype(v.dtype)
+        keys = load(read[0], read[2] if quantized else None, k.dtype)
+        values = load(read[1], read[3] if quantized else None, v.dtype)
         return keys, values, allowed, bufs2
 
-      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn)
+      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn_l)
       return (x, bufs), None
 
     (x, bufs), _ = jax.lax.scan(layer, (x, tuple(getattr(cache, n) for n in names)),
-                                (params, jnp.arange(cfg.num_layers)),
+                                (params, jnp.arange(cfg.num_layers), pre_xs),
                                 unroll=layer_unroll(cfg, self.scan_unroll, cached=True))
     new_cache = cache._replace(valid_BxS=valid, index=idx + t, **dict(zip(names, bufs)))
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache

@@ -1,10 +1,11 @@
 """Batched, jitted generation that records the distribution each token was drawn from.
 
-Two jitted functions per (model, config, mesh): `prefill` runs each prompt once,
-copies its KV cache to its G rows and samples the first token; `decode` runs
-`lax.while_loop`s over the remaining tokens (one cached forward each; attention reads
-only the filled part of the cache, grown in buckets of `_ATTEND_BUCKET` slots) and stops
-when every row has emitted a stop token. A quantized-KV copy (kv8 / kv4) keeps an
+Two jitted functions per (model, config, mesh): `prefill` runs each prompt once, keeps
+its KV cache as the `SharedPrefix` its G rows attend (read once per prompt and decode
+step, not copied per row; `shares_prefix` says where the cache is copied instead) and
+samples the first token; `decode` runs `lax.while_loop`s over the remaining tokens (one
+cached forward each; attention reads only the filled part of the rows' cache, grown in
+buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop token. A quantized-KV copy (kv8 / kv4) keeps an
 integer cache. The decode state, KV cache included, is donated,
 so the loop updates the cache in place. Every row has its own PRNG key (split from
 its prompt's key, then folded with the step), so a row's output does not depend on
@@ -25,7 +26,9 @@ from flax import nnx
 from jax.sharding import NamedSharding
 
 from rljax import sharding as shd
-from rljax.models.decoder import Decoder, KVCache, init_cache, positions_from_mask
+from rljax.models import pallas_attention
+from rljax.models.decoder import (Decoder, KVCache, SharedPrefix, attention_impl, init_cache,
+                                   positions_from_mask)
 from rljax.rollout.config import SamplerConfig, cache_slots, check_inputs, resolve_stop_ids
 from rljax.rollout.sampling import sample_step
 
@@ -112,8 +115,12 @@ def _constrain(ds: DecodeState, mesh) -> DecodeState:
   c = ds.cache
   kv = ("layers", "batch", None, "kv_heads", "head_dim")
   scale = lambda x: None if x is None else put(x, kv[:-1])
+  pre = c.prefix
+  if pre is not None:  # each prompt's keys next to its rows
+    pre = SharedPrefix(put(pre.k_LxPxSxKxE, kv), put(pre.v_LxPxSxKxE, kv), batch(pre.valid_PxS),
+                       scale(pre.k_scale_LxPxSxK), scale(pre.v_scale_LxPxSxK))
   cache = KVCache(put(c.k_LxBxSxKxE, kv), put(c.v_LxBxSxKxE, kv), batch(c.valid_BxS),
-                  put(c.index, ()), scale(c.k_scale_LxBxSxK), scale(c.v_scale_LxBxSxK))
+                  put(c.index, ()), scale(c.k_scale_LxBxSxK), scale(c.v_scale_LxBxSxK), pre)
   return DecodeState(cache, *(batch(x) for x in ds[1:-1]), put(ds.step, ()))
 
 
@@ -121,8 +128,28 @@ def _kv_bits(model: Decoder) -> int:
   return int(getattr(model.numerics, "kv_bits", 0) or 0)
 
 
-def _broadcast_cache(cache: KVCache, g: int, slots: int) -> KVCache:
-  """Each prompt's prefilled cache [L, B, P, ...] copied to its G rows, in `slots` slots."""
+def shares_prefix(model_cfg, kv_bits: int = 0) -> bool:
+  """Whether decode reads each prompt's prefilled cache once for its G rows (a
+  `SharedPrefix`) rather than a copy per row. Everywhere but where the paged-attention
+  kernel runs the decode step (splash attention on TPU with a bfloat16 float cache): the
+  kernel reads one cache per row."""
+  paged = (not kv_bits and attention_impl(model_cfg) == "splash"
+           and pallas_attention.paged_decode_supported(model_cfg.head_dim, model_cfg.jnp_dtype))
+  return not paged
+
+
+def _row_cache(cache: KVCache, g: int, slots: int, prompt_len: int, share: bool,
+               kv_bits: int, model_cfg) -> KVCache:
+  """The decode cache after prefill. Shared: the prompts' caches become the read-only
+  `SharedPrefix` and the rows' own cache holds the generated tokens (slots - prompt_len
+  of them). Otherwise each prompt's cache [L, B, P, ...] is copied to its G rows, in
+  `slots` slots."""
+  b = cache.valid_BxS.shape[0] * g
+  if share:
+    prefix = SharedPrefix(cache.k_LxBxSxKxE, cache.v_LxBxSxKxE, cache.valid_BxS,
+                          cache.k_scale_LxBxSxK, cache.v_scale_LxBxSxK)
+    rows = init_cache(model_cfg, b, max(1, slots - prompt_len), kv_bits=kv_bits)
+    return rows._replace(prefix=prefix)
 
   def grow(x, batch_axis):
     if x is None:
@@ -137,7 +164,7 @@ def _broadcast_cache(cache: KVCache, g: int, slots: int) -> KVCache:
                  grow(cache.v_scale_LxBxSxK, 1))
 
 
-def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh,
+def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bool,
              state, ids_BxP, mask_BxP, keys_B):
   model: Decoder = nnx.merge(graphdef, state)
   g, n = cfg.num_generations, cfg.max_new_tokens
@@ -152,7 +179,7 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh,
   b = ids.shape[0]
   k_head = _head_size(cfg, model.cfg.vocab_size)
   ds = _constrain(DecodeState(
-      cache=_broadcast_cache(cache, g, slots),
+      cache=_row_cache(cache, g, slots, p, share, _kv_bits(model), model.cfg),
       tokens_BxN=jnp.full((b, n), cfg.pad_token_id, jnp.int32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       logq_BxN=jnp.zeros((b, n), jnp.float32),
@@ -165,15 +192,20 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh,
   return _constrain(ds, mesh), ids, mask
 
 
-def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int) -> list[tuple[int, int]]:
+def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int,
+                   share: bool = False) -> list[tuple[int, int]]:
   """[(end_step, attend_len)]: decode steps < end_step read the first attend_len slots.
 
-  Step t feeds token t - 1 into slot prompt_len + t - 1, so steps < e need
-  prompt_len + e - 1 slots."""
+  Step t feeds token t - 1 into slot prompt_len + t - 1 (slot t - 1 of the rows' own cache
+  when the prompt is a `SharedPrefix`), so steps < e need prompt_len + e - 1 slots (e - 1).
+  """
   out, n = [], cfg.max_new_tokens
   for e in range(_ATTEND_BUCKET, n + _ATTEND_BUCKET, _ATTEND_BUCKET):
     e = min(e, n)
-    out.append((e, min(slots, prompt_len + e - 1)))
+    if share:
+      out.append((e, max(1, min(slots - prompt_len, e - 1))))
+    else:
+      out.append((e, min(slots, prompt_len + e - 1)))
   return out
 
 
@@ -207,10 +239,11 @@ def _in_mesh(fn, mesh):
 
 
 @functools.lru_cache(maxsize=64)
-def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh):
-  prefill = jax.jit(_in_mesh(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh),
-                             mesh))
-  buckets = tuple(decode_buckets(prompt_len, cfg, slots))
+def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh,
+           share: bool):
+  prefill = jax.jit(_in_mesh(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh,
+                                               share), mesh))
+  buckets = tuple(decode_buckets(prompt_len, cfg, slots, share))
   decode = jax.jit(_in_mesh(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets),
                             mesh), donate_argnums=1)
   return prefill, decode
@@ -264,7 +297,8 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
   over (data, fsdp), kv heads over tensor.
   """
   graphdef, state = as_graph_state(model)
-  mcfg = model.cfg if isinstance(model, Decoder) else nnx.merge(graphdef, state).cfg
+  merged = model if isinstance(model, Decoder) else nnx.merge(graphdef, state)
+  mcfg = merged.cfg
   check_inputs(cfg, prompt_ids_BxP, prompt_mask_BxP, mcfg.vocab_size)
   b, p = prompt_ids_BxP.shape
   slots = cache_slots(cfg, p)
@@ -276,7 +310,9 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
     put = lambda x: jax.device_put(x, NamedSharding(
         mesh, shd.logical_to_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh)))
     ids, mask, keys = put(ids), put(mask), put(keys)
-  prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh)
+  with shd.mesh_scope(mesh):  # where the decode step would run the paged kernel
+    share = shares_prefix(mcfg, _kv_bits(merged))
+  prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh, share)
   ds, ids_rep, mask_rep = prefill(state, ids, mask, keys)
   ds = decode(state, ds)
   return Rollout(ds.tokens_BxN, ds.mask_BxN, ~ds.done_B, ds.logq_BxN, ds.head_ids_BxNxK,

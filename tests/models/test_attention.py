@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rljax.models import create_model, positions_from_mask
-from rljax.models.attention import attention, blockwise_attention
+from rljax.models.attention import attention, blockwise_attention, prefix_attention
 from rljax.models.config import ModelConfig
 
 TINY = ModelConfig(model_type="qwen3", vocab_size=67, hidden_size=32, intermediate_size=48,
@@ -35,6 +35,26 @@ def test_blockwise_equals_dense_forward_and_gradients(block):
   g = jax.jit(jax.grad(flash, argnums=(0, 1, 2)))(q, k, v)
   for a, b in zip(g, g_ref):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [1, 4])  # a decode step; a chunk of queries
+def test_prefix_attention_equals_dense_over_the_prefix_copied_to_each_row(t):
+  """2 prompts (one left-padded) x 3 rows each: the shared prefix, then each row's own
+  causal keys (one row with a masked own slot)."""
+  p, r, sp, so, h, kh, e = 2, 3, 5, 6, 4, 2, 8
+  ks = jax.random.split(jax.random.key(7), 5)
+  q = jax.random.normal(ks[0], (p * r, t, h, e))
+  pk, pv = (jax.random.normal(k, (p, sp, kh, e)) for k in ks[1:3])
+  k, v = (jax.random.normal(x, (p * r, so, kh, e)) for x in ks[3:5])
+  pvalid = jnp.ones((p, sp), bool).at[1, :2].set(False)
+  own = (jnp.arange(so)[None, :] <= jnp.arange(so - t, so)[:, None])[None]
+  allowed = jnp.broadcast_to(own, (p * r, t, so)).at[4, :, 1].set(False)
+  o = jax.jit(prefix_attention)(q, k, v, allowed, pk, pv, pvalid)
+  rows = lambda x: jnp.repeat(x, r, axis=0)
+  ref = attention(q, jnp.concatenate([rows(pk), k], 1), jnp.concatenate([rows(pv), v], 1),
+                  jnp.concatenate([jnp.broadcast_to(rows(pvalid)[:, None], (p * r, t, sp)),
+                                   allowed], -1))
+  np.testing.assert_allclose(np.asarray(o), np.asarray(ref), atol=1e-6)
 
 
 def test_blockwise_backward_keeps_no_score_matrix():
