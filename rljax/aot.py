@@ -99,13 +99,15 @@ def _compile(lowered):
     raise
 
 
-def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, remat: bool,
-               replay: bool, use_ref: bool, epochs: int = 1, num_minibatches: int = 1) -> dict:
+def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
+               remat: str | bool, replay: bool, use_ref: bool, epochs: int = 1,
+               num_minibatches: int = 1) -> dict:
   """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
   and the training of one rollout batch. μ = epochs × num_minibatches = 1: the fused step
-  (forward, backward, remat recompute, replay and ref forwards). `remat`: every layer is
-  recomputed (model.remat="full"); "dots" recomputes no projection and counts as no
-  remat. μ > 1: one scoring
+  (forward, backward, remat recompute, replay and ref forwards). `remat` (model.remat;
+  True = "full", False = "none"): "full" recomputes every layer's forward in the backward;
+  "dots" saves the projections (dots without batch dimensions) and recomputes the rest,
+  of which only attention's two batched products count. μ > 1: one scoring
   forward of π_old (and the replay) over the batch, then every row trained `epochs` times
   (each update: forward, backward, remat, ref forward). Attention is counted dense over
   its key span (what the code computes, masked)."""
@@ -114,8 +116,14 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
                            c.intermediate_size, c.vocab_size, c.num_layers)
   mm = n_l * (d * e * (2 * h + 2 * k) + 3 * d * f)  # matmul params per layer stack
 
+  attn = lambda tokens, keys: 4 * n_l * h * e * tokens * keys  # q·k and p·v
+
   def fwd(tokens, keys):
-    return 2 * mm * tokens + 4 * n_l * h * e * tokens * keys
+    return 2 * mm * tokens + attn(tokens, keys)
+
+  remat = {True: "full", False: "none"}.get(remat, remat)
+  if remat not in ("none", "dots", "full"):
+    raise ValueError(f"step_flops: remat={remat!r}; choose 'none', 'dots' or 'full'")
 
   unembed = 2 * d * v
   slots = prompt + response - 1
@@ -123,7 +131,8 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int, 
   decode = rows * (response - 1) * (fwd(1, slots) + unembed)
   length = prompt + response
   score = lambda t: rows * (fwd(t, t) + 2 * unembed * response)  # a forward-only pass
-  policy = rows * ((3 + int(remat)) * fwd(length, length) + 4 * unembed * response)
+  recompute = {"none": 0, "dots": attn(length, length), "full": fwd(length, length)}[remat]
+  policy = rows * (3 * fwd(length, length) + recompute + 4 * unembed * response)
   replay_fwd = score(replay_prompt + response) if replay else 0
   ref = score(length) if use_ref else 0
   if epochs * num_minibatches == 1:  # the fused step: π_old = sg(π_θ) of its own forward
@@ -168,7 +177,7 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   mu = 1 if step_cfg.fused_scoring else t.inner_epochs * t.num_minibatches
   report.update(updates_per_step=mu, grad_accum=t.grad_accum, rows=d.batch_size)
   flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
-                     r.max_new_tokens, remat == "full", step_cfg.replay, step_cfg.use_ref,
+                     r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref,
                      epochs=t.inner_epochs, num_minibatches=t.num_minibatches)
   report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
   t0 = time.time()

@@ -73,6 +73,14 @@ def test_analytic_flops_match_a_hand_count():
   g = step_flops(c, rows=1, prompt=1, replay_prompt=1, response=2, remat=True, replay=True,
                  use_ref=False)
   assert g["train_step"] - f["train_step"] == (2 * mm * 3 + attn(3, 3)) * 2 + 2 * 2 * 4 * 10 * 2
+  # remat="dots" keeps the projections: the backward recomputes attention's two products
+  dots = step_flops(c, rows=1, prompt=1, replay_prompt=1, response=2, remat="dots",
+                    replay=False, use_ref=False)
+  assert dots["train_step"] - f["train_step"] == attn(3, 3)
+  assert step_flops(c, 1, 1, 1, 2, "full", False, False) == step_flops(c, 1, 1, 1, 2, True,
+                                                                       False, False)
+  with pytest.raises(ValueError, match="remat='some'"):
+    step_flops(c, 1, 1, 1, 2, "some", False, False)
   # μ = 2 epochs x 2 mini-batches: one scoring forward (π_old + replay) over the batch, then
   # every row trained twice
   h = step_flops(c, rows=1, prompt=1, replay_prompt=1, response=2, remat=True, replay=True,
