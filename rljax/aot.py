@@ -265,8 +265,7 @@ def _compile_sampler(report, cfg, mcfg, mesh, graphdef, abs_state, params):
   prompts = b // r.num_generations
   slots = cache_slots(scfg, d.max_prompt_len)
   stop_ids = resolve_stop_ids(scfg, mcfg.eos_token_id)
-  with shd.mesh_scope(mesh):
-    share = smp.shares_prefix(mcfg)
+  share = smp.shares_prefix(mcfg, 0, mesh)  # rollout.copy="none": a float cache
   prefill, decode = smp._build(graphdef, scfg, slots, d.max_prompt_len, stop_ids, mesh, share)
   put = lambda s, t: jax.ShapeDtypeStruct(s, t, sharding=jax.sharding.NamedSharding(
       mesh, shd.logical_to_spec(("batch",) + (None,) * (len(s) - 1), s, mesh)))

@@ -5,9 +5,9 @@ its KV cache as the `SharedPrefix` its G rows attend (read once per prompt and d
 step, not copied per row; `shares_prefix` says where the cache is copied instead) and
 samples the first token; `decode` runs `lax.while_loop`s over the remaining tokens (one
 cached forward each; attention reads only the filled part of the rows' cache, grown in
-buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop token. A quantized-KV copy (kv8 / kv4) keeps an
-integer cache. The decode state, KV cache included, is donated,
-so the loop updates the cache in place. Every row has its own PRNG key (split from
+buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop token. A
+quantized-KV copy (kv8 / kv4) keeps an integer cache. The decode state, KV cache
+included, is donated, so the loop updates the cache in place. Every row has its own PRNG key (split from
 its prompt's key, then folded with the step), so a row's output does not depend on
 the rest of the batch or on its left padding.
 
@@ -128,27 +128,29 @@ def _kv_bits(model: Decoder) -> int:
   return int(getattr(model.numerics, "kv_bits", 0) or 0)
 
 
-def shares_prefix(model_cfg, kv_bits: int = 0) -> bool:
+def shares_prefix(model_cfg, kv_bits: int, mesh) -> bool:
   """Whether decode reads each prompt's prefilled cache once for its G rows (a
   `SharedPrefix`) rather than a copy per row. Everywhere but where the paged-attention
-  kernel runs the decode step (splash attention on TPU with a bfloat16 float cache): the
-  kernel reads one cache per row."""
-  paged = (not kv_bits and attention_impl(model_cfg) == "splash"
-           and pallas_attention.paged_decode_supported(model_cfg.head_dim, model_cfg.jnp_dtype))
+  kernel runs the decode step (splash attention on TPU — `mesh`'s platform — with a
+  bfloat16 float cache): the kernel reads one cache per row."""
+  with shd.mesh_scope(mesh):
+    paged = (not kv_bits and attention_impl(model_cfg) == "splash"
+             and pallas_attention.paged_decode_supported(model_cfg.head_dim,
+                                                         model_cfg.jnp_dtype))
   return not paged
 
 
-def _row_cache(cache: KVCache, g: int, slots: int, prompt_len: int, share: bool,
-               kv_bits: int, model_cfg) -> KVCache:
+def _row_cache(model: Decoder, cache: KVCache, g: int, slots: int, prompt_len: int,
+               share: bool) -> KVCache:
   """The decode cache after prefill. Shared: the prompts' caches become the read-only
   `SharedPrefix` and the rows' own cache holds the generated tokens (slots - prompt_len
   of them). Otherwise each prompt's cache [L, B, P, ...] is copied to its G rows, in
   `slots` slots."""
-  b = cache.valid_BxS.shape[0] * g
   if share:
     prefix = SharedPrefix(cache.k_LxBxSxKxE, cache.v_LxBxSxKxE, cache.valid_BxS,
                           cache.k_scale_LxBxSxK, cache.v_scale_LxBxSxK)
-    rows = init_cache(model_cfg, b, max(1, slots - prompt_len), kv_bits=kv_bits)
+    rows = init_cache(model.cfg, cache.valid_BxS.shape[0] * g, max(1, slots - prompt_len),
+                      kv_bits=_kv_bits(model))
     return rows._replace(prefix=prefix)
 
   def grow(x, batch_axis):
@@ -179,7 +181,7 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bo
   b = ids.shape[0]
   k_head = _head_size(cfg, model.cfg.vocab_size)
   ds = _constrain(DecodeState(
-      cache=_row_cache(cache, g, slots, p, share, _kv_bits(model), model.cfg),
+      cache=_row_cache(model, cache, g, slots, p, share),
       tokens_BxN=jnp.full((b, n), cfg.pad_token_id, jnp.int32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       logq_BxN=jnp.zeros((b, n), jnp.float32),
@@ -193,7 +195,7 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bo
 
 
 def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int,
-                   share: bool = False) -> list[tuple[int, int]]:
+                   share: bool) -> list[tuple[int, int]]:
   """[(end_step, attend_len)]: decode steps < end_step read the first attend_len slots.
 
   Step t feeds token t - 1 into slot prompt_len + t - 1 (slot t - 1 of the rows' own cache
@@ -310,8 +312,7 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
     put = lambda x: jax.device_put(x, NamedSharding(
         mesh, shd.logical_to_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh)))
     ids, mask, keys = put(ids), put(mask), put(keys)
-  with shd.mesh_scope(mesh):  # where the decode step would run the paged kernel
-    share = shares_prefix(mcfg, _kv_bits(merged))
+  share = shares_prefix(mcfg, _kv_bits(merged), mesh)
   prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh, share)
   ds, ids_rep, mask_rep = prefill(state, ids, mask, keys)
   ds = decode(state, ds)
