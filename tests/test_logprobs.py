@@ -6,6 +6,10 @@ import pytest
 
 from rljax.logprobs import naive_token_logprobs, sampling_logits, token_logprobs
 
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
+
 
 def _inputs(b=3, t=7, d=16, v=50, seed=0):
   k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)

@@ -4,9 +4,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rljax.train_step import response_outputs, score_batch
 from tests.test_train_step import N, P, make_batch, setup
+
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
 
 NUM_IDS = 5
 

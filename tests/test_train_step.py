@@ -57,6 +57,7 @@ def test_cort_step_updates_and_reports():
   assert not np.allclose(np.asarray(state.params["layers"]["wq"]), before)
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_grad_accumulation_equals_whole_batch():
   import optax  # plain SGD: the parameter change is the gradient itself
   graphdef, params, opt, sc, obj = setup(opt=optax.sgd(1.0))
@@ -85,6 +86,7 @@ def test_nan_skips_update_and_counts():
   assert float(m["actor/update_skipped"]) == 0.0 and int(state.num_skipped) == 1
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_sharded_three_steps_equal_single_device():
   batches = [make_batch(seed=s) for s in range(3)]
 
@@ -146,17 +148,28 @@ def test_cort_flops_within_budget_and_replay_is_forward_only():
 GOLDEN_FUSED = {("cort_no_ramp",): (-0.3918052613735199, 649.713240853)}
 
 
-@pytest.mark.parametrize("transforms", list(GOLDEN_FUSED), ids=["cort"])
-def test_fused_step_unchanged(transforms):
+def golden_fused_run(transforms):
+  """(loss, Σ|params|) after two fused steps (grad_accum 2) on make_batch(seed=0, 1)."""
   graphdef, params, opt, sc, obj = setup(transforms)
   state = init_state(params, opt, obj)
   step = jit_train_step(graphdef, opt, sc, grad_accum=2)
   for i in range(2):
     state, m = step(state, make_batch(seed=i), None)
-  abs_sum = sum(np.abs(np.asarray(x, np.float64)).sum() for x in jax.tree.leaves(state.params))
+  return float(m["loss"]), sum(np.abs(np.asarray(x, np.float64)).sum()
+                               for x in jax.tree.leaves(state.params))
+
+
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
+@pytest.mark.parametrize("transforms", list(GOLDEN_FUSED), ids=["cort"])
+def test_fused_step_unchanged(transforms):
+  got_loss, abs_sum = golden_fused_run(transforms)
   loss, want_sum = GOLDEN_FUSED[transforms]
-  np.testing.assert_allclose(float(m["loss"]), loss, rtol=1e-6)
-  np.testing.assert_allclose(abs_sum, want_sum, rtol=1e-9)
+  # float32 sums in the step: each CPU orders them differently (XLA picks the vector width
+  # and GEMM blocking per processor), and Adam's first steps (≈ lr·sign(g)) amplify that.
+  # Seen across CPUs / XLA ISAs: loss within 7.6e-8, Σ|params| within 8.5e-8 (relative);
+  # another objective moves Σ|params| by ≈ 1e-4 (the note above), so 1e-6 still tells them apart.
+  np.testing.assert_allclose(got_loss, loss, rtol=1e-6)
+  np.testing.assert_allclose(abs_sum, want_sum, rtol=1e-6)
 
 
 def test_donated_state_is_updated_in_place():

@@ -24,6 +24,7 @@ def _inputs(b=2, t=11, h=4, kh=2, e=8, seed=0):
   return q, k, v, allowed, w
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 @pytest.mark.parametrize("block", [4, 5, 11, 64])  # ragged last block, one block
 def test_blockwise_equals_dense_forward_and_gradients(block):
   q, k, v, allowed, w = _inputs()
@@ -37,6 +38,7 @@ def test_blockwise_equals_dense_forward_and_gradients(block):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 @pytest.mark.parametrize("t", [1, 4])  # a decode step; a chunk of queries
 def test_prefix_attention_equals_dense_over_the_prefix_copied_to_each_row(t):
   """2 prompts (one left-padded) x 3 rows each: the shared prefix, then each row's own
@@ -94,6 +96,7 @@ def test_bad_remat_and_attention_names():
     TINY.replace(attention="flash3")
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_swiglu_backward_equals_autodiff():
   """The decoder's hand-written silu(g) * u backward equals JAX's autodiff of it."""
   from rljax.models.decoder import swiglu

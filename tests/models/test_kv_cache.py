@@ -2,10 +2,15 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rljax.models import create_model, init_cache, positions_from_mask
 from rljax.models.decoder import SharedPrefix
 from rljax.models.config import ModelConfig
+
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
 
 TINY = ModelConfig(model_type="qwen3", vocab_size=67, hidden_size=32, intermediate_size=48,
                    num_layers=2, num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True)

@@ -6,6 +6,10 @@ import pytest
 from rljax.models import export_model, load_model, positions_from_mask
 from tests.models.hf_fixtures import FAMILIES, hf_logits, left_padded_batch, make_hf_model
 
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
+
 
 def _rljax_logits(model, ids, mask):
   pos = positions_from_mask(jnp.asarray(mask))

@@ -8,6 +8,10 @@ from rljax import registry
 from rljax.objectives import aggregate, make_normalizer
 from tests.objectives import policy
 
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
+
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
 

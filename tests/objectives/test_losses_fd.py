@@ -13,6 +13,10 @@ import pytest
 from rljax import registry
 from tests.objectives import policy
 
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
+
 KLS = ("k1", "k2", "k3")
 EXTRA = [("grpo", {"dual_clip": 2.0, "eps_low": 0.1, "eps_high": 0.1}),
          ("gspo", {"eps_low": 0.2, "eps_high": 0.2}),
@@ -49,6 +53,7 @@ def _directional_check(name, kw, seed):
       down = loss(W0 - h * d)
       assert replay.i == n_sg  # the same stop-gradients, replayed in order
       np.testing.assert_allclose((up - down) / (2 * h), jnp.vdot(grad, d), rtol=1e-6, atol=1e-9)
+    # float64, the same function twice in one process: a determinism check
     np.testing.assert_allclose(base, loss(W0), rtol=1e-12)
     return grad
 

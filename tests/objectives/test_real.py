@@ -7,6 +7,10 @@ import pytest
 from rljax import registry
 from rljax.objectives import real_from_scores
 
+# golden / equivalence tests on float results: also run under another XLA:CPU ISA
+# (tests/test_portability.py)
+pytestmark = pytest.mark.numerics
+
 TAU = 0.5
 
 

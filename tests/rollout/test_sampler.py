@@ -36,6 +36,7 @@ def _response_dist(model, r, cfg):
   return np.asarray(jax.nn.log_softmax(x, axis=-1))
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_logq_equals_trainer_logprobs_under_truncation_and_head_is_true_topk(model, prompts):
   stop = (TINY.eos_token_id,)  # stop_token_ids=None: the model's eos
   cfg = SamplerConfig(max_new_tokens=8, temperature=0.7, top_k=12, top_p=0.9,
@@ -160,6 +161,7 @@ def test_greedy_equals_argmax_chain_of_full_forwards_and_stops(model, prompts):
     assert (np.asarray(s.tokens_BxN[b, k:]) == 0).all()
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_sharded_generation_equals_unsharded(model, prompts):
   mesh = make_mesh((2, 2, 2))
   cfg = SamplerConfig(max_new_tokens=5, temperature=0.8, top_k=20, num_generations=4,

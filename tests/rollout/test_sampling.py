@@ -78,6 +78,7 @@ def test_prefix_is_exact_only_when_it_holds_the_support():
     assert np.isfinite(np.asarray(logq)).all()
 
 
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 @pytest.mark.parametrize("bits", [8, 4])
 def test_integer_kv_cache_equals_fake_quantized_forward(bits):
   numerics = QuantNumerics(kv_bits=bits)
