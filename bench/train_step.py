@@ -46,34 +46,40 @@ def matmul_peak(n=2048, repeats=5) -> float:
 
 
 def make_batch(b, p, n, vocab, seed=0):
+  """A random batch of the trainer's layout (`rljax.loop.TrainBatch`): b rows of p prompt + n
+  response tokens, the CoRT replay row x⁻ = the last half of x⁺ + the same response."""
+  from rljax.loop import TrainBatch
   rng = np.random.RandomState(seed)
   toks = rng.randint(0, vocab, (b, p + n)).astype(np.int32)
   mask = np.ones((b, p + n), np.int32)
-  return {"tokens_BxL": toks, "attn_mask_BxL": mask,
-          "minus_tokens_BxM": toks[:, p // 2:].copy(), "minus_attn_mask_BxM": mask[:, p // 2:],
-          "mask_BxN": np.ones((b, n), np.float32), "adv_B": rng.randn(b).astype(np.float32),
-          "sampler_logp_BxN": np.full((b, n), -2.0, np.float32)}
+  return TrainBatch(tokens_BxL=toks, attn_mask_BxL=mask, mask_BxN=np.ones((b, n), np.float32),
+                    adv_B=rng.randn(b).astype(np.float32),
+                    sampler_logp_BxN=np.full((b, n), -2.0, np.float32),
+                    minus_tokens_BxM=toks[:, p // 2:].copy(),
+                    minus_attn_mask_BxM=mask[:, p // 2:]).arrays()
 
 
 def rljax_step(model, batch, n, transforms, g):
   from rljax.models import params_dict
   from rljax.objectives import build_objective
-  from rljax.train_step import StepConfig, init_state, jit_train_step, make_optimizer
+  from rljax.train_step import StepConfig, init_state, make_optimizer
+  from rljax.update import jit_update
   obj = build_objective(advantage="grpo", transforms=transforms, loss="grpo",
                         num_generations=g)
   graphdef, _ = nnx.split(model)
   opt = make_optimizer(1e-6)
   sc = StepConfig(objective=obj, response_len=n, replay=bool(transforms), chunk_size=256)
-  step = jit_train_step(graphdef, opt, sc)
+  step = jit_update(graphdef, opt, sc)  # what the trainer runs (μ = 1: the fused step)
   state = [init_state(jax.tree.map(jnp.copy, params_dict(model)), opt, obj)]
-  compiled = step.lower(state[0], batch, None).compile()
+  key = jax.random.key(0)
+  compiled = step.lower(state[0], batch, None, key).compile()
   mem = compiled.memory_analysis()
   info = {"flops": compiled.cost_analysis()["flops"], "temp_gb": mem.temp_size_in_bytes / 1e9,
           "peak_gb": (mem.argument_size_in_bytes + mem.output_size_in_bytes
                       + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 1e9}
 
   def run():
-    state[0], m = compiled(state[0], batch, None)
+    state[0], m = compiled(state[0], batch, None, key)
     jax.block_until_ready(m)
 
   return run, info

@@ -75,7 +75,7 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
       advantage="grpo", transforms=("cort",), loss="grpo", advantage_kwargs={},
       transform_kwargs={"cort": {"ramp_steps": 0.5, "warmup_steps": 0}},
       loss_kwargs={"eps_low": 0.2, "eps_high": 0.27}, dynamic_sampling=False,
-      max_resample=3, overlong_cache=0, teacher="", replay_policy="old",
+      max_resample=3, overlong_cache=0, replay_policy="old",
       replay_mode="all"))  # overlong_cache: DAPO L_cache
   c.optim = mlc.ConfigDict(dict(lr=1e-6, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8,
                                 grad_clip=1.0, warmup_steps=0, schedule="constant"))

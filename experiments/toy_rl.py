@@ -1,10 +1,9 @@
 """RL on the synthetic rubric language (`rubric_toy`) with a tiny rljax Decoder, over the
 library's own pieces: `rljax.models` (the decoder), `rljax.rollout` (the sampler, rollout
 copies and `SamplerSync` staleness), `rljax.objectives` (advantages, transforms, losses)
-and the trainer's jitted steps (`rljax.train_step.jit_train_step` for one update per
-batch, `rljax.update.jit_update_batch` for μ > 1 mini-batch updates). The loop mirrors
-`rljax.trainer.Trainer` (collect -> assemble -> update -> eval); only the data, the reward
-and the model size are the toy's.
+and the trainer's stages (`rljax.loop.collect` with DAPO dynamic sampling,
+`rljax.loop.assemble`, `rljax.update.jit_update`: the μ = 1 fused step or the μ > 1
+mini-batch scan). Only the data, the reward and the model size are the toy's.
 
     graphdef, params, info = warm_start(cache_dir)     # supervised, cached
     res = train(RunSpec(loss="grpo", transforms=("cort",)), graphdef, params, heldout)
@@ -25,12 +24,14 @@ import optax
 from flax import nnx
 
 from experiments import rubric_toy as toy
+from rljax.loop import Keys, Prompts, Rollouts, assemble, collect, needs_ref_params
+from rljax.loop import update_metrics
 from rljax.models import ModelConfig, create_model
-from rljax.objectives import build_objective, informative_groups
+from rljax.objectives import build_objective, needs_replay
 from rljax.rollout import SamplerConfig, SamplerSync, generate
-from rljax.train_step import StepConfig, init_state, jit_train_step, make_optimizer
-from rljax.train_step import response_outputs
-from rljax.update import jit_update_batch
+from rljax.scoring import response_outputs
+from rljax.train_step import StepConfig, init_state, make_optimizer
+from rljax.update import jit_update
 
 N_NEW = toy.MAX_LEN + 2       # response slots: 8 content tokens + eos, one spare (length clip)
 MINUS_LEN = 3                 # <bos> R <ans>
@@ -139,7 +140,10 @@ class RunSpec:
   lr: float = 1e-3
   epochs: int = 1                           # μ = epochs × num_minibatches updates per batch
   num_minibatches: int = 1
-  dynamic_sampling: bool = False            # DAPO: drop groups whose rewards are all equal
+  dynamic_sampling: bool = False            # DAPO: resample groups whose rewards are all equal
+  max_resample: int = 3                     # extra rollouts; still uninformative: dropped
+  replay_mode: str = "all"                  # CoRT replay: all | per_criterion
+  replay_policy: str = "old"                # CoRT replay scored by π_old | the initial params
   copy: str = "none"                        # sampler rollout copy (rljax.rollout.RolloutCopy)
   sync_every: int = 1                       # staleness: sampler re-synced every N steps
   record_topk: int = 0                      # sampler head recorded (SC: the full vocabulary)
@@ -181,74 +185,77 @@ def evaluate(graphdef, params, heldout, key, samples: int = 4) -> dict:
   return out
 
 
-def _assemble(r, plus, minus, adv_B, keep_B, g, replay: bool, head: bool) -> dict:
-  """The train step's batch, exactly as `Trainer._assemble` builds it."""
-  rep = lambda a: np.repeat(a, g, axis=0)
-  resp, rmask = np.asarray(r.tokens_BxN, np.int32), np.asarray(r.mask_BxN, np.int32)
-  (pi, pm), (mi, mm) = plus, minus
-  batch = {"tokens_BxL": np.concatenate([rep(pi), resp], 1),
-           "attn_mask_BxL": np.concatenate([rep(pm), rmask], 1),
-           "mask_BxN": (rmask * keep_B[:, None]).astype(np.float32),
-           "adv_B": np.asarray(adv_B, np.float32) * keep_B,
-           "sampler_logp_BxN": np.asarray(r.logq_BxN, np.float32)}
-  if replay:
-    batch["minus_tokens_BxM"] = np.concatenate([rep(mi), resp], 1)
-    batch["minus_attn_mask_BxM"] = np.concatenate([rep(mm), rmask], 1)
-  if head:
-    batch["head_ids_BxNxK"] = np.asarray(r.topk_ids_BxNxK, np.int32)
-    batch["head_logq_BxNxK"] = np.asarray(r.topk_logq_BxNxK, np.float32)
-  return batch
+def _rollout(sampler, prompts, key, scfg, per_criterion: bool) -> Rollouts:
+  """One toy rollout batch as the library's `Rollouts` (the toy's prompts and rewards)."""
+  plus = left_pad([toy.plus_tokens(p) for p in prompts], toy.MAX_PROMPT)
+  minus = left_pad([toy.minus_tokens(p) for p in prompts], MINUS_LEN)
+  crit = (None, None, None)
+  if per_criterion:  # x⁺ minus criterion j; criterion id = its type
+    c = toy.MAX_CRITERIA
+    ids = np.full((len(prompts), c, toy.MAX_PROMPT), toy.PAD, np.int32)
+    mask, cid = np.zeros_like(ids), np.full((len(prompts), c), -1, np.int32)
+    for i, p in enumerate(prompts):
+      for j, row in enumerate(toy.ablation_tokens(p)):
+        ids[i, j], mask[i, j] = (a[0] for a in left_pad([row], toy.MAX_PROMPT))
+        cid[i, j] = toy.TYPES.index(p.criteria[j][0])
+    crit = (ids, mask, cid)
+  r = jax.tree.map(np.asarray, generate(sampler, plus[0], plus[1], key, scfg))
+  g = scfg.num_generations
+  rw = toy.rewards([p for p in prompts for _ in range(g)], list(r.tokens_BxN))
+  return Rollouts(r=r, prompts=Prompts(r.prompt_ids_BxP[::g], r.prompt_mask_BxP[::g], *minus,
+                                       *crit), rewards=None, info={
+      "csr": rw["csr_B"], "aon": rw["aon_B"]}, examples=None)
 
 
 def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
-  """One RL run from `init_params`; returns {history: [per-step metrics], evals: [...]}."""
+  """One RL run from `init_params`; returns {history: [per-step metrics], evals: [...]}.
+  The stages are the trainer's (`rljax.loop.collect` with DAPO dynamic sampling,
+  `rljax.loop.assemble`, `rljax.update.jit_update`, `rljax.loop.Keys`); only the prompts,
+  the reward and the model size are the toy's."""
   t_start = time.time()
   obj = spec.objective()
   g, mu = spec.num_generations, spec.epochs * spec.num_minibatches
-  replay = any(n.startswith("cort") for n in spec.transforms)
-  head = spec.record_topk != 0
+  replay = needs_replay(spec.transforms)
+  per_criterion = replay and spec.replay_mode == "per_criterion"
   sc = StepConfig(objective=obj, response_len=N_NEW, temperature=1.0, replay=replay,
                   fused_scoring=mu == 1, head_k=toy.VOCAB if spec.record_topk == -1
-                  else spec.record_topk)
+                  else spec.record_topk, replay_mode=spec.replay_mode,
+                  replay_policy=spec.replay_policy, num_criteria_ids=len(toy.TYPES))
   optimizer = make_optimizer(spec.lr, grad_clip=1.0, total_steps=spec.steps)
   params = jax.tree.map(jnp.copy, init_params)
+  ref = jax.tree.map(jnp.copy, init_params) if needs_ref_params(sc) else None
   state = init_state(params, optimizer, obj)
-  step_fn = (jit_train_step(graphdef, optimizer, sc) if mu == 1 else
-             jit_update_batch(graphdef, optimizer, sc, epochs=spec.epochs,
-                              num_minibatches=spec.num_minibatches))
+  update = jit_update(graphdef, optimizer, sc, epochs=spec.epochs,
+                      num_minibatches=spec.num_minibatches)
   sync = SamplerSync(spec.copy, every=spec.sync_every)
   scfg = _sampler_cfg(spec)
   rng = np.random.default_rng(1000 + spec.seed)
-  key = jax.random.key(spec.seed)
+  keys = Keys(spec.seed)
   eval_key = jax.random.key(12345)  # the same held-out samples' keys for every run
+  reward = lambda roll: dataclasses.replace(roll, rewards=roll.info[spec.reward], info=dict(
+      roll.info, accuracy=roll.info[spec.reward]))
   history, evals = [], []
   for step in range(spec.steps):
     if step % spec.eval_every == 0:
       evals.append({"step": step, **evaluate(graphdef, state.params, heldout, eval_key)})
-    prompts = toy.prompts(rng, spec.prompts_per_step, heldout=False)
-    plus = left_pad([toy.plus_tokens(p) for p in prompts], toy.MAX_PROMPT)
-    minus = left_pad([toy.minus_tokens(p) for p in prompts], MINUS_LEN)
     sampler = sync.params(step, nnx.merge(graphdef, state.params))
-    r = generate(sampler, plus[0], plus[1], jax.random.fold_in(key, step), scfg)
-    rows = [p for p in prompts for _ in range(g)]
-    rw = toy.rewards(rows, list(np.asarray(r.tokens_BxN)))
-    reward_B = rw["csr_B"] if spec.reward == "csr" else rw["aon_B"]
-    keep_B = np.ones(len(reward_B), bool)
-    if spec.dynamic_sampling:
-      keep_B = np.repeat(np.asarray(informative_groups(jnp.asarray(reward_B), g)), g)
-    adv_B, _ = obj.advantages(jnp.asarray(reward_B))
-    batch = _assemble(r, plus, minus, adv_B, keep_B.astype(np.float32), g, replay, head)
-    if mu == 1:
-      state, m = step_fn(state, batch, None)
-    else:
-      state, m = step_fn(state, batch, None, jax.random.fold_in(jax.random.key(spec.seed + 7919),
-                                                               step))
-    m = {k: float(v) for k, v in jax.device_get(m).items() if np.ndim(v) == 0}
-    m.update({"step": step + 1, "reward/csr": float(rw["csr_B"].mean()),
-              "reward/aon": float(rw["aon_B"].mean()),
-              "response/length_clip_ratio": float(np.mean(np.asarray(r.truncated_B))),
-              "response/length_mean": float(np.asarray(r.mask_BxN).sum(1).mean()),
-              "rollout/lag": sync.lag(step), "rollout/kept_groups": float(keep_B.mean())})
+    draw = lambda key: reward(_rollout(sampler, toy.prompts(rng, spec.prompts_per_step,
+                                                            heldout=False), key, scfg,
+                                       per_criterion))
+    roll = collect(draw, keys.rollout(step), group_size=g,
+                   dynamic_sampling=spec.dynamic_sampling, max_resample=spec.max_resample,
+                   resample_key=lambda attempt: keys.resample(step, attempt))
+    batch = assemble(roll, obj, replay=replay, per_criterion=per_criterion,
+                     head=spec.record_topk != 0)
+    state, m = update(state, batch.arrays(), ref, keys.update(step))
+    m = update_metrics(jax.device_get(m), toy.TYPES)
+    keep = 1.0 if roll.keep_groups is None else float(np.mean(roll.keep_groups))
+    m.update({"step": step + 1, "reward/csr": float(roll.info["csr"].mean()),
+              "reward/aon": float(roll.info["aon"].mean()),
+              "response/length_clip_ratio": float(np.mean(np.asarray(roll.r.truncated_B))),
+              "response/length_mean": float(np.asarray(roll.r.mask_BxN).sum(1).mean()),
+              "rollout/lag": sync.lag(step), "rollout/kept_groups": keep,
+              "rollout/resample_tries": roll.resample_tries})
     history.append(m)
     if log:
       log(m)

@@ -2,10 +2,11 @@
 
 Compiles, for a TPU slice and without TPU hardware (the `libtpu` wheel from
 requirements-tpu-aot.txt), the run's real programs: what the trainer jits for one rollout
-batch, with the config's StepConfig, optimizer and shardings — the fused step
-(`jit_train_step`) when μ = inner_epochs × num_minibatches = 1, else the multi-update
-program (`jit_update_batch`: the π_old / replay scoring forward, the token transforms and
-the `lax.scan` over μ mini-batch updates) — and the sampler's prefill and decode
+batch (`rljax.update.jit_update` on the trainer's `rljax.loop.TrainBatch` layout at the
+config's longest prompts), with the config's StepConfig, optimizer and shardings — the fused
+step when μ = inner_epochs × num_minibatches = 1, else the multi-update program (the π_old /
+replay scoring forward, the token transforms and the `lax.scan` over μ mini-batch updates),
+the per-criterion replay rows included — and the sampler's prefill and decode
 (`rljax.rollout.sampler._build`). Parameters are shapes
 only (`nnx.eval_shape`), so a model's config.json is all it needs. Prints, per chip, the
 HBM each program needs (arguments, temporaries, outputs, less donated aliases) against
@@ -152,7 +153,7 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   from rljax import sharding as shd
   from rljax.config_check import validate_config
   from rljax.models import _abstract
-  from rljax.trainer import build_step_parts
+  from rljax.loop import build_step_parts
 
   devices = topology_devices(topology)
   kind = devices[0].device_kind
@@ -194,43 +195,25 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
                       optimizer, step_cfg, sampler=True):
   """The train program (report["programs"]["train_step"]) and the sampler's, and the peak."""
   import jax
-  import jax.numpy as jnp
   from rljax import sharding as shd
-  from rljax.train_step import init_state, jit_train_step
-  from rljax.update import jit_update_batch
+  from rljax.loop import batch_layout, needs_ref_params
+  from rljax.train_step import init_state
+  from rljax.update import jit_update
   # the train state in the shardings the trainer creates it in (shd.init_sharded)
   init_fn = lambda p: init_state(p, optimizer, objective)
   state = _shaped(jax.eval_shape(init_fn, params), shd.state_shardings(init_fn, params, mesh))
-  d, r = cfg.data, cfg.rollout
-  b, n = d.batch_size, r.max_new_tokens
-  i32, f32 = jnp.int32, jnp.float32
-  shapes = {"tokens_BxL": ((b, d.max_prompt_len + n), i32),
-            "attn_mask_BxL": ((b, d.max_prompt_len + n), i32), "mask_BxN": ((b, n), f32),
-            "adv_B": ((b,), f32), "sampler_logp_BxN": ((b, n), f32)}
-  if step_cfg.replay:
-    shapes["minus_tokens_BxM"] = ((b, d.max_replay_prompt_len + n), i32)
-    shapes["minus_attn_mask_BxM"] = ((b, d.max_replay_prompt_len + n), i32)
-  if step_cfg.head_k:
-    shapes["head_ids_BxNxK"] = ((b, n, step_cfg.head_k), i32)
-    shapes["head_logq_BxNxK"] = ((b, n, step_cfg.head_k), f32)
-  batch = {k: jax.ShapeDtypeStruct(s, t, sharding=shd.batch_sharding(mesh, len(s)))
-           for k, (s, t) in shapes.items()}
+  # the trainer's batch (rljax.loop.TrainBatch) at the config's longest prompts
+  batch = batch_layout(cfg, step_cfg).spec(mesh)
   # a frozen reference copy, as the trainer holds one (KL, or the CoRT replay scored by it)
-  need_ref = step_cfg.use_ref or (step_cfg.replay and step_cfg.replay_policy == "ref")
-  ref = params if need_ref else None
+  ref = params if needs_ref_params(step_cfg) else None
   sh = lambda tree: None if tree is None else jax.tree.map(lambda x: x.sharding, tree)
   t = cfg.train
-  if step_cfg.fused_scoring:  # what Trainer._update jits: the fused step, or update_batch
-    step = jit_train_step(graphdef, optimizer, step_cfg, t.grad_accum, sh(state), sh(batch),
-                          sh(ref), shd.replicated(mesh))
-    compiled = _compile(step.lower(state, batch, ref))
-  else:
-    step = jit_update_batch(graphdef, optimizer, step_cfg, epochs=t.inner_epochs,
-                            num_minibatches=t.num_minibatches, grad_accum=t.grad_accum,
-                            state_shardings=sh(state), batch_shardings=sh(batch),
-                            ref_shardings=sh(ref), replicated=shd.replicated(mesh))
-    key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=shd.replicated(mesh))
-    compiled = _compile(step.lower(state, batch, ref, key))
+  update = jit_update(graphdef, optimizer, step_cfg, epochs=t.inner_epochs,
+                      num_minibatches=t.num_minibatches, grad_accum=t.grad_accum,
+                      state_shardings=sh(state), batch_shardings=sh(batch),
+                      ref_shardings=sh(ref), replicated=shd.replicated(mesh))
+  key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=shd.replicated(mesh))
+  compiled = _compile(update.lower(state, batch, ref, key))  # what Trainer.update runs
   report["train_program"] = "train_step" if step_cfg.fused_scoring else "update_batch"
   report["programs"]["train_step"] = _memory(compiled)
   # XLA counts each scan body (layers, μ updates, grad_accum micro-batches) once

@@ -49,8 +49,7 @@ def objective_kwargs(cfg: mlc.ConfigDict, vocab_size: int | None = None) -> dict
               advantage_kwargs=dict(o.advantage_kwargs), loss_kwargs=dict(o.loss_kwargs),
               transform_kwargs={k: resolve_ramp(dict(v), cfg.train.steps)
                                 for k, v in dict(o.transform_kwargs).items()},
-              sampler_topk=cfg.rollout.record_topk, vocab_size=vocab_size,
-              teacher=o.teacher or None)
+              sampler_topk=cfg.rollout.record_topk, vocab_size=vocab_size)
 
 
 def reads_sampler_probs(cfg: mlc.ConfigDict) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, Sharding
+from jax.sharding import Sharding
 
 from rljax import sharding as shd
 
@@ -109,12 +109,6 @@ def writer_first(name: str, fn: Callable[[], Any]) -> Any:
 # --------------------------------------------------------------------------- batches
 
 
-def batch_spec_sharding(mesh, shape: Sequence[int]) -> NamedSharding:
-  """The sharding of a batch-leading array: dim 0 over the batch axes it divides."""
-  spec = shd.logical_to_spec(("batch",) + (None,) * (len(shape) - 1), shape, mesh)
-  return NamedSharding(mesh, spec)
-
-
 def host_rows(sharding: Sharding, global_shape: Sequence[int]) -> slice:
   """The contiguous rows (dim 0) of a global array that this process's devices hold."""
   idx = sharding.addressable_devices_indices_map(tuple(global_shape))
@@ -136,7 +130,7 @@ def host_rows(sharding: Sharding, global_shape: Sequence[int]) -> slice:
 
 
 def local_rows_of(mesh, global_shape: Sequence[int]) -> slice:
-  return host_rows(batch_spec_sharding(mesh, global_shape), global_shape)
+  return host_rows(shd.batch_sharding(mesh, global_shape), global_shape)
 
 
 def to_global(local: Any, mesh, global_rows: int) -> Any:
@@ -145,7 +139,7 @@ def to_global(local: Any, mesh, global_rows: int) -> Any:
   def one(x):
     x = np.asarray(x)
     shape = (global_rows,) + x.shape[1:]
-    sh = batch_spec_sharding(mesh, shape)
+    sh = shd.batch_sharding(mesh, shape)
     want = host_rows(sh, shape)
     if x.shape[0] != want.stop - want.start:
       raise ValueError(f"host {jax.process_index()} holds rows {want.start}:{want.stop} of a "

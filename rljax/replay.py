@@ -14,6 +14,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from rljax.scoring import response_outputs
+
 REPLAY_POLICIES = ("old", "ref")
 REPLAY_MODES = ("all", "per_criterion")
 
@@ -29,7 +31,6 @@ def replay_scores(graphdef, params, ref_params, batch: dict, sc, old_logp_BxN) -
   `old_logp_BxN` is π_old on x⁺ under the step's own scoring; it is reused as ℓ⁺ when the
   scoring policy is `old` and the step scores the full distribution anyway.
   """
-  from rljax.train_step import response_outputs
   full = full_distribution(sc)
   pol = ref_params if sc.replay_policy == "ref" else params
   pol = jax.lax.stop_gradient(pol)

@@ -53,12 +53,6 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 log = logging.getLogger(__name__)
 
 
-def maybe_initialize_distributed() -> bool:
-  """Multi-process start-up (see `rljax.distributed.initialize`); call before any JAX call."""
-  from rljax import distributed
-  return distributed.initialize()
-
-
 def make_mesh(shape: Sequence[int] | None = None, axes: Sequence[str] = MESH_AXES,
               devices: Sequence[jax.Device] | None = None) -> Mesh:
   """A mesh over all (global) devices. `shape` may use -1 once; default: all on fsdp.
@@ -131,9 +125,11 @@ def param_shardings(shapes_tree: Mapping, mesh: Mesh) -> dict:
   return go(shapes_tree, "")
 
 
-def batch_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
-  """Batch-leading arrays: dim 0 over (data, fsdp), the rest replicated."""
-  return NamedSharding(mesh, P(BATCH, *([None] * (ndim - 1))))
+def batch_sharding(mesh: Mesh, shape: Sequence[int]) -> NamedSharding:
+  """The one rule for batch-leading arrays (train batches, prompts, rollouts): dim 0 over the
+  batch axes (data, fsdp) that divide it, every other dim replicated."""
+  return NamedSharding(mesh, logical_to_spec(("batch",) + (None,) * (len(shape) - 1), shape,
+                                             mesh))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -27,12 +27,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
-from rljax.logprobs import token_logprobs
-from rljax.models.decoder import positions_from_mask
 from rljax.objectives import broadcast_advantage, make_normalizer
 from rljax.replay import replay_scores
+from rljax.scoring import response_outputs
 from rljax.rollout.metrics import mismatch_metrics
 from rljax.sharding import mesh_scope
 
@@ -81,18 +79,6 @@ def make_optimizer(lr: float, *, weight_decay: float = 0.0, b1: float = 0.9, b2:
   parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip else []
   parts.append(optax.adamw(sched, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
   return optax.chain(*parts)
-
-
-def response_outputs(graphdef, params, tokens_BxL, mask_BxL, n: int, sc: StepConfig,
-                     head_ids_BxNxK=None) -> dict:
-  """Logprobs / entropies of the last `n` tokens of each row (the response)."""
-  model = nnx.merge(graphdef, params)
-  hidden, _ = model(tokens_BxL, positions_from_mask(mask_BxL), mask_BxL)
-  l = tokens_BxL.shape[1]
-  w, layout = model.unembedding()
-  return token_logprobs(hidden[:, l - n - 1:l - 1], w, tokens_BxL[:, l - n:],
-                        head_ids_BxNxK, temperature=sc.temperature, top_k=sc.top_k,
-                        top_p=sc.top_p, chunk_size=sc.chunk_size, layout=layout)
 
 
 def score_batch(graphdef, params, batch: dict, sc: StepConfig, ref_params=None) -> dict:

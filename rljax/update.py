@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from rljax.sharding import mesh_scope
-from rljax.train_step import StepConfig, apply_transforms, score_batch, train_step
+from rljax.train_step import StepConfig, apply_transforms, jit_train_step, score_batch
+from rljax.train_step import train_step
 
 # score_batch outputs that are whole-batch metrics, not per-row arrays
 _BATCH_METRICS = ("crit_delta_sum_I", "crit_count_I")
@@ -105,3 +106,37 @@ class _mb_shardings(dict):
 
   def __missing__(self, key):
     return self["mask_BxN"]
+
+
+def jit_update(graphdef, optimizer, sc: StepConfig, *, epochs: int = 1, num_minibatches: int = 1,
+               grad_accum: int = 1, state_shardings=None, batch_shardings=None,
+               ref_shardings=None, replicated=None):
+  """The update stage: `update(state, batch, ref_params, key) -> (state, metrics)` for one
+  rollout batch, jitted, donating the state (`.lower(...)` with the same arguments for AOT).
+  With `sc.fused_scoring` (μ = 1) it is the fused step (`train_step`: π_old = sg(π_θ), the
+  replay inside; `key` is not read); else `update_batch` (score once, transforms once, a
+  device-side scan over μ = epochs × num_minibatches mini-batches of whole groups, permuted
+  with `key`)."""
+  if not sc.fused_scoring:
+    return jit_update_batch(graphdef, optimizer, sc, epochs=epochs,
+                            num_minibatches=num_minibatches, grad_accum=grad_accum,
+                            state_shardings=state_shardings, batch_shardings=batch_shardings,
+                            ref_shardings=ref_shardings, replicated=replicated)
+  if epochs * num_minibatches != 1:
+    raise ValueError(f"the fused step makes one update per batch; got epochs={epochs} × "
+                     f"num_minibatches={num_minibatches} (use StepConfig(fused_scoring=False))")
+  return _KeyUnused(jit_train_step(graphdef, optimizer, sc, grad_accum, state_shardings,
+                                   batch_shardings, ref_shardings, replicated))
+
+
+class _KeyUnused:
+  """The fused step behind the update's signature: one update, nothing to permute."""
+
+  def __init__(self, step):
+    self._step = step
+
+  def __call__(self, state, batch, ref, key=None):
+    return self._step(state, batch, ref)
+
+  def lower(self, state, batch, ref, key=None):
+    return self._step.lower(state, batch, ref)

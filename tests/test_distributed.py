@@ -18,7 +18,7 @@ def test_one_process_holds_every_row_and_round_trips():
   np.testing.assert_array_equal(dist.to_local(g), x)
   np.testing.assert_array_equal(dist.gather(g), x)
   np.testing.assert_array_equal(dist.gather_local(x), x)
-  b = dist.put_global({"a_BxT": x}, {"a_BxT": shd.batch_sharding(mesh, 2)})
+  b = dist.put_global({"a_BxT": x}, {"a_BxT": shd.batch_sharding(mesh, x.shape)})
   np.testing.assert_array_equal(np.asarray(b["a_BxT"]), x)
   # rows that do not divide the batch axes are replicated: every device holds all of them
   (r,) = dist.to_global((x[:3],), mesh, 3)
@@ -29,7 +29,7 @@ def test_one_process_holds_every_row_and_round_trips():
 
 def test_host_rows_of_each_device_block():
   mesh = shd.make_mesh((1, 8, 1))
-  sh = dist.batch_spec_sharding(mesh, (16, 2))
+  sh = shd.batch_sharding(mesh, (16, 2))
   blocks = sorted((i[0].start, i[0].stop) for i in
                   sh.addressable_devices_indices_map((16, 2)).values())
   assert blocks == [(2 * k, 2 * k + 2) for k in range(8)]

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rljax.train_step import response_outputs, score_batch
+from rljax.scoring import response_outputs
+from rljax.train_step import score_batch
 from tests.test_train_step import N, P, make_batch, setup
 
 # golden / equivalence tests on float results: also run under another XLA:CPU ISA

@@ -71,8 +71,8 @@ def test_sharded_equals_unsharded(mesh_shape):
   wq = model.layers.wq[...]
   if mesh.shape["tensor"] * mesh.shape["fsdp"] > 1:
     assert wq.addressable_shards[0].data.size < wq.size
-  ids_s = jax.device_put(ids, shd.batch_sharding(mesh, 2))
-  mask_s = jax.device_put(mask, shd.batch_sharding(mesh, 2))
+  ids_s = jax.device_put(ids, shd.batch_sharding(mesh, ids.shape))
+  mask_s = jax.device_put(mask, shd.batch_sharding(mesh, ids.shape))
   l1, (h1, lp1), g1 = _loss_and_grad(model, ids_s, mask_s)
   m = np.asarray(mask).astype(bool)
   np.testing.assert_allclose(np.asarray(h1)[m], np.asarray(h0)[m], atol=1e-5, rtol=1e-5)

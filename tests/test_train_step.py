@@ -100,7 +100,7 @@ def test_sharded_three_steps_equal_single_device():
     else:
       state = init_state(params, opt, obj)
       state_sh = jax.tree.map(lambda x: x.sharding, state)
-      batch_sh = {k: shd.batch_sharding(mesh, v.ndim) for k, v in batches[0].items()}
+      batch_sh = {k: shd.batch_sharding(mesh, v.shape) for k, v in batches[0].items()}
       step = jit_train_step(graphdef, opt, sc, state_shardings=state_sh,
                             batch_shardings=batch_sh, ref_shardings=None,
                             replicated=shd.replicated(mesh))

@@ -8,7 +8,8 @@ import numpy as np
 import optax
 import pytest
 
-from rljax.train_step import init_state, jit_train_step, response_outputs
+from rljax.scoring import response_outputs
+from rljax.train_step import init_state, jit_train_step
 from rljax.update import jit_update_batch, minibatch_rows
 from tests.objectives.test_real import real_numpy
 from tests.test_train_step import G, N, make_batch, setup

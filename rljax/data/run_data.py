@@ -1,4 +1,4 @@
-"""The data of a run, by `config.data.dataset`: the training batches and held-out examples.
+"""The data of a run, by `config.data.dataset`: the training source and held-out examples.
 
     rubric  the built-in rubric prompts (x+ = request + criteria, x- = request)
     jsonl   your prompts: data.path (train) and data.heldout_path (optional held-out
@@ -13,7 +13,6 @@ Every example has `prompt_plus` and `prompt_minus`; the reward reads the rest.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 DATASETS = ("rubric", "jsonl", "math")
@@ -43,23 +42,6 @@ def sources(d, seed: int, data_dir: str) -> tuple[Any, Any, Callable]:
       held = data_source(build_prompts(d.heldout_path, data_dir), "train")
     return train, held, decode_example
   raise ValueError(f"config.data.dataset: {d.dataset!r}; valid: {', '.join(DATASETS)}")
-
-
-def build_run_data(cfg, workdir: str, shard_index: int = 0, num_shards: int = 1,
-                   group_size: int | None = None):
-  """(GroupBatcher over the training examples, list of held-out examples)."""
-  from rljax.data import GroupBatcher, ShardedIterator
-  d = cfg.data
-  data_dir = d.data_dir or os.path.join(workdir, "tfds")
-  train, held, decode = sources(d, cfg.seed, data_dir)
-  it = ShardedIterator(train, seed=cfg.seed, shard_index=shard_index, num_shards=num_shards,
-                       decode=decode)
-  g = group_size or cfg.rollout.num_generations
-  batches = GroupBatcher(it, d.batch_size // num_shards, g)
-  if cfg.eval.get("path", ""):
-    return batches, eval_file_examples(cfg.eval.path, cfg.eval.num_prompts)
-  n = 0 if held is None else min(cfg.eval.num_prompts, len(held))
-  return batches, [decode(held[i]) for i in range(n)]
 
 
 def eval_file_examples(path: str, num: int) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ from rljax.objectives.advantages import informative_groups, overlong_penalty
 from rljax.objectives.common import broadcast_advantage, Entry
 from rljax.objectives.transforms import chain, cort, cort_lambda, cort_weights
 from rljax.objectives.transforms import CortConfig, CortState, criterion_deltas
-from rljax.objectives.transforms import EmptyState, identity, smoothstep
+from rljax.objectives.transforms import EmptyState, identity, needs_replay, smoothstep
 from rljax.objectives.transforms import stateless, TokenTransform
 from rljax.objectives.mismatch import binary_kl, bpo, bpo_weight, BPOConfig
 from rljax.objectives.mismatch import importance_weights, ISConfig
@@ -63,7 +63,7 @@ __all__ = [
     "aggregate", "make_normalizer", "Normalizer", "AdvantageConfig", "as_groups",
     "informative_groups", "overlong_penalty", "broadcast_advantage", "Entry",
     "chain", "cort", "cort_lambda", "cort_weights", "CortConfig", "CortState",
-    "criterion_deltas", "EmptyState", "identity", "smoothstep", "stateless",
+    "criterion_deltas", "EmptyState", "identity", "needs_replay", "smoothstep", "stateless",
     "TokenTransform", "binary_kl", "bpo", "bpo_weight", "BPOConfig",
     "importance_weights", "ISConfig", "LossConfig", "real_from_scores",
     "centering_coefficients", "build_objective", "catalog", "Objective", "validate",

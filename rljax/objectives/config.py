@@ -54,7 +54,7 @@ def _names(transforms) -> tuple[str, ...]:
 
 def _resolve(advantage: str, loss: str, transforms, num_generations: int,
              advantage_kwargs, loss_kwargs, transform_kwargs, sampler_topk: int,
-             vocab_size, teacher, advantage_reweight) -> tuple[Objective, list[str]]:
+             vocab_size) -> tuple[Objective, list[str]]:
   warn: list[str] = []
 
   def fail(msg):
@@ -83,10 +83,6 @@ def _resolve(advantage: str, loss: str, transforms, num_generations: int,
 
   # REAL: labels from the sign of the unscaled advantage (as ms-swift does).
   if "sequence_classification" in ltags:
-    if teacher or advantage_reweight:
-      fail(f"{loss} reduces the advantage to a sequence-level label; it cannot be "
-           f"combined with a teacher ({teacher!r}) or advantage reweighting "
-           f"({advantage_reweight!r})")
     scale = adv_kwargs.get("scale_rewards", adv_entry.make_config().scale_rewards)
     if scale != "none":
       warn.append(f"{loss} forces scale_rewards='none' (was {scale!r}): its labels "
@@ -161,13 +157,10 @@ def validate(*, advantage: str = "grpo", loss: str = "grpo",
              advantage_kwargs: Mapping[str, Any] | None = None,
              loss_kwargs: Mapping[str, Any] | None = None,
              transform_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-             sampler_topk: int = 0, vocab_size: int | None = None,
-             teacher: str | None = None,
-             advantage_reweight: str | None = None) -> list[str]:
+             sampler_topk: int = 0, vocab_size: int | None = None) -> list[str]:
   """Raises ValueError on an invalid objective; returns the warnings."""
   return _resolve(advantage, loss, transforms, num_generations, advantage_kwargs,
-                  loss_kwargs, transform_kwargs, sampler_topk, vocab_size, teacher,
-                  advantage_reweight)[1]
+                  loss_kwargs, transform_kwargs, sampler_topk, vocab_size)[1]
 
 
 def build_objective(*, advantage: str = "grpo", loss: str = "grpo",
@@ -175,18 +168,13 @@ def build_objective(*, advantage: str = "grpo", loss: str = "grpo",
                     advantage_kwargs: Mapping[str, Any] | None = None,
                     loss_kwargs: Mapping[str, Any] | None = None,
                     transform_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-                    sampler_topk: int = 0, vocab_size: int | None = None,
-                    teacher: str | None = None,
-                    advantage_reweight: str | None = None) -> Objective:
+                    sampler_topk: int = 0, vocab_size: int | None = None) -> Objective:
   """A validated `Objective`; warnings are emitted with `warnings.warn`.
 
   sampler_topk: size of the sampler head recorded per token (0: none, -1: all).
-  teacher / advantage_reweight: set when the run uses a teacher (OPD) or an
-  RLSD-style advantage reweighting; REAL refuses both.
   """
   obj, warn = _resolve(advantage, loss, transforms, num_generations, advantage_kwargs,
-                       loss_kwargs, transform_kwargs, sampler_topk, vocab_size,
-                       teacher, advantage_reweight)
+                       loss_kwargs, transform_kwargs, sampler_topk, vocab_size)
   for w in warn:
     warnings.warn(w, stacklevel=2)
   return obj

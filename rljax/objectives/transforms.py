@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from rljax.objectives.common import Metrics, fdtype, masked_mean, masked_stats
+from rljax import registry
 from rljax.objectives.common import register_entry, require, sg
 
 KIND = "transform"
@@ -153,6 +154,11 @@ def cort(cfg: CortConfig = CortConfig()) -> TokenTransform:
   return TokenTransform(init, update)
 
 
+def needs_replay(names) -> bool:
+  """Whether any of the named transforms reads the CoRT replay (its registry tag)."""
+  return any("replay" in (getattr(registry.get(KIND, n), "tags", ()) or ()) for n in names)
+
+
 def criterion_deltas(logp_plus_BxT: jax.Array, logp_minus_CxBxT: jax.Array,
                      mask_BxT: jax.Array) -> jax.Array:
   """Per-criterion replay: mean Δ over active tokens when criterion c is removed, [C]."""
@@ -162,15 +168,16 @@ def criterion_deltas(logp_plus_BxT: jax.Array, logp_minus_CxBxT: jax.Array,
                      mask.reshape(delta.shape[0], -1), axis=-1)
 
 
-_CORT_TAGS = frozenset({"token_reweight", "response_normalized"})
+# "replay": the transform reads the CoRT replay scores (ℓ⁻ of the rubric-free rows)
+_CORT_TAGS = frozenset({"token_reweight", "response_normalized", "replay"})
 register_entry(KIND, "cort", cort, CortConfig, tags=_CORT_TAGS,
                doc="Â = sg(w)·A, w = normalize(1 + η λ_k (σ((Δ−b)/τ) − ½))")
-register_entry(KIND, "cort_no_norm", cort, CortConfig, tags=frozenset({"token_reweight"}),
+register_entry(KIND, "cort_no_norm", cort, CortConfig, tags=frozenset({"token_reweight", "replay"}),
                fixed={"normalize": False}, doc="CoRT without response normalization")
 register_entry(KIND, "cort_no_ramp", cort, CortConfig, tags=_CORT_TAGS,
                fixed={"ramp": False}, doc="CoRT with λ = 1 from the first step")
 register_entry(KIND, "cort_no_norm_no_ramp", cort, CortConfig,
-               tags=frozenset({"token_reweight"}),
+               tags=frozenset({"token_reweight", "replay"}),
                fixed={"normalize": False, "ramp": False}, doc="CoRT without either")
 register_entry(KIND, "cort_perturb_only", cort, CortConfig,
                tags=_CORT_TAGS | {"replaces_advantage"},

@@ -1,7 +1,7 @@
 """The trainer-side logprobs of a rollout's tokens (reference for tests, bench and logging).
 
 The train step computes the same thing fused with its loss; this is the stand-alone
-version: one full forward of prompt + response and `rljax.logprobs.token_logprobs`
+version: one full forward of prompt + response (`rljax.scoring.response_logprobs`)
 under the sampler's temperature / top-k / top-p (plain logprobs for greedy).
 """
 from __future__ import annotations
@@ -13,11 +13,9 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding
 
-from rljax.logprobs import token_logprobs
-from rljax.models.decoder import positions_from_mask
 from rljax.rollout.config import SamplerConfig
 from rljax.rollout.sampler import Rollout, as_graph_state, sequences
-from rljax.sharding import mesh_scope
+from rljax.scoring import response_logprobs
 
 
 def score_rollout(model, rollout: Rollout, cfg: SamplerConfig, with_head: bool = False) -> dict:
@@ -37,15 +35,9 @@ def score_rollout(model, rollout: Rollout, cfg: SamplerConfig, with_head: bool =
 @functools.partial(jax.jit, static_argnums=(0, 5, 6, 7, 8, 9))
 def _score_jit(graphdef, state, ids_BxT, mask_BxT, head_BxNxK, n, temperature, top_k, top_p,
                mesh):
-  model = nnx.merge(graphdef, state)
-  with mesh_scope(mesh):
-    hidden, _ = model(ids_BxT, positions_from_mask(mask_BxT), mask_BxT)
-  # hidden[:, t] predicts ids[:, t + 1]: the N response tokens are predicted by the N
-  # positions ending one before the last.
-  h = hidden[:, -n - 1:-1]
-  w, layout = model.unembedding()
-  out = token_logprobs(h, w, ids_BxT[:, -n:], head_BxNxK, temperature=temperature,
-                       top_k=top_k, top_p=top_p, layout=layout)
+  out = response_logprobs(nnx.merge(graphdef, state), ids_BxT, mask_BxT, n,
+                          temperature=temperature, top_k=top_k, top_p=top_p,
+                          head_ids_BxNxK=head_BxNxK, mesh=mesh)
   live = mask_BxT[:, -n:] > 0
   res = {"logp_BxN": jnp.where(live, out["logp_BxT"], 0.0)}
   if head_BxNxK is not None:

@@ -35,8 +35,6 @@ def build(**kw):
     (dict(advantage="rloo", num_generations=1), "rloo needs group_size >= 2|rloo needs"),
     (dict(loss="real", transforms="cort"), "token reweighting"),
     (dict(loss="real", transforms="tis"), "token reweighting"),
-    (dict(loss="real", teacher="qwen3-8b"), "teacher"),
-    (dict(loss="real", advantage_reweight="rlsd"), "advantage reweighting"),
     (dict(loss="topk_sc"), "top-k head"),
     (dict(loss="sc", sampler_topk=20, vocab_size=100), "full recorded q"),
     (dict(loss="sc_tis", sampler_topk=20), "full recorded q"),

@@ -42,7 +42,6 @@ BAD = [
     ({"objective.loss": "ppo2"}, "unknown loss 'ppo2'.*grpo"),
     ({"objective.transforms": ("cort", "corrt")}, "unknown transform 'corrt'"),
     ({"objective.advantage": "gae"}, "unknown advantage 'gae'.*rloo"),
-    ({"objective.loss": "real", "objective.teacher": "qwen3-8b"}, "teacher"),
     ({"objective.loss": "topk_sc", "objective.transforms": (),
       "objective.transform_kwargs": {}}, "head"),
     ({"mesh.shape": (2, 3, 1)}, "does not match the 8 available devices"),

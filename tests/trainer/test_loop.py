@@ -100,7 +100,7 @@ def test_prompt_bucketing_is_exact(tmp_path):
 
 
 def test_bucket_helpers():
-  from rljax.trainer import _common_prompt_lens, bucket_len, left_pad_to, trim_left
+  from rljax.loop import Prompts, Rollouts, bucket_len, common_prompt_lens, left_pad_to, trim_left
   assert [bucket_len(n, 32, 160) for n in (1, 32, 33, 150, 160)] == [32, 32, 64, 160, 160]
   assert bucket_len(40, 0, 160) == 160 and bucket_len(0, 32, 160) == 32
   ids = np.array([[0, 0, 5, 6], [0, 7, 8, 9]])
@@ -109,14 +109,15 @@ def test_bucket_helpers():
   np.testing.assert_array_equal(left_pad_to(t, 4), ids)
   import collections
   R = collections.namedtuple("R", "prompt_ids_BxP prompt_mask_BxP")
-  mk = lambda p, m: {"r": R(np.ones((2, p)), np.ones((2, p))), "plus": (np.ones((1, p)),) * 2,
-                     "minus": (np.ones((1, m)),) * 2 + (np.ones((1, 2, p + 1)),) * 2
-                     + (np.zeros((1, 2)),)}
-  a, b = _common_prompt_lens(mk(4, 3), mk(6, 2))
+  mk = lambda p, m: Rollouts(
+      r=R(np.ones((2, p)), np.ones((2, p))), rewards=np.zeros(2), info={},
+      prompts=Prompts(*(np.ones((1, p)),) * 2, *(np.ones((1, m)),) * 2,
+                      *(np.ones((1, 2, p + 1)),) * 2, np.zeros((1, 2))))
+  a, b = common_prompt_lens(mk(4, 3), mk(6, 2))
   for d in (a, b):
-    assert d["r"].prompt_ids_BxP.shape == (2, 6) and d["plus"][1].shape == (1, 6)
-    assert [x.shape for x in d["minus"]] == [(1, 3), (1, 3), (1, 2, 7), (1, 2, 7), (1, 2)]
-  assert a["plus"][1][0, :2].sum() == 0  # zeros: masked left padding
+    assert d.r.prompt_ids_BxP.shape == (2, 6) and d.prompts.plus_mask.shape == (1, 6)
+    assert [x.shape for x in d.prompts[2:]] == [(1, 3), (1, 3), (1, 2, 7), (1, 2, 7), (1, 2)]
+  assert a.prompts.plus_mask[0, :2].sum() == 0  # zeros: masked left padding
 
 
 def test_exact_sc_with_the_full_recorded_distribution_trains(tmp_path):

@@ -14,7 +14,7 @@ from rljax.objectives import importance_weights, ISConfig  # noqa: E402
 from rljax.rollout import SamplerSync  # noqa: E402
 from rljax.rollout.metrics import mismatch_metrics  # noqa: E402
 from rljax.sweep import load_config_module  # noqa: E402
-from rljax.train_step import response_outputs  # noqa: E402
+from rljax.scoring import response_outputs  # noqa: E402
 from rljax.trainer import Trainer, TrainingAborted  # noqa: E402
 
 
@@ -34,11 +34,12 @@ def _trainer(tmp_path, name, **over):
 def _scored_batch(tr, copy="none"):
   """One collected batch and the trainer's log p of its tokens, scored as the step scores."""
   tr.sync = SamplerSync(copy, every=1)
-  roll, _ = tr._collect(0, jax.random.key(0))
-  batch = tr._assemble(roll)
+  roll = tr.collect(0)
+  batch = tr.assemble(roll)
   sc = tr.step_cfg
-  logp = jax.jit(lambda p, t, m: response_outputs(tr.graphdef, p, t, m, sc.response_len, sc)
-                 ["logp_BxT"])(tr.state.params, batch["tokens_BxL"], batch["attn_mask_BxL"])
+  logp = jax.jit(lambda p, t, m: response_outputs(tr.model.graphdef, p, t, m, sc.response_len,
+                                                  sc)["logp_BxT"])(
+      tr.state.params, batch.tokens_BxL, batch.attn_mask_BxL)
   return roll, batch, np.asarray(logp)
 
 
@@ -49,7 +50,7 @@ def test_tiny_mismatch_config_measures_the_rollout_copy_only(tmp_path):
   kl = {}
   for copy in ("none", "w8a8+kv4"):
     _, batch, logp = _scored_batch(tr, copy)
-    kl[copy] = float(mismatch_metrics(batch["sampler_logp_BxN"], logp, batch["mask_BxN"])
+    kl[copy] = float(mismatch_metrics(batch.sampler_logp_BxN, logp, batch.mask_BxN)
                      ["kl_q_p"])
   print("kl_q_p", kl)
   assert kl["none"] < 1e-4 and kl["w8a8+kv4"] > 1e-3, kl
@@ -63,26 +64,46 @@ def test_same_truncation_dapo_drops_uninformative_groups_and_skips_abort(tmp_pat
   tr = _trainer(tmp_path, "dapo", **{"data.instruction_ids": ("combination:repeat_prompt",),
                                      "objective.max_resample": 1})
   roll, batch, logp = _scored_batch(tr)
-  mask = np.asarray(roll["r"].mask_BxN, np.float32)  # the batch's loss mask before the drop
-  lb = {"mask_BxT": mask, "old_logp_BxT": logp, "sampler_logp_BxT": batch["sampler_logp_BxN"]}
+  mask = np.asarray(roll.r.mask_BxN, np.float32)  # the batch's loss mask before the drop
+  lb = {"mask_BxT": mask, "old_logp_BxT": logp, "sampler_logp_BxT": batch.sampler_logp_BxN}
   ones = np.ones_like(mask)
   w_tis = np.asarray(importance_weights(ISConfig("tis")).update(ones, lb, ())[0])
   w_mis, _, m_mis = importance_weights(ISConfig("mis")).update(ones, lb, ())
   assert np.abs(w_tis - 1)[mask > 0].max() <= 1e-5
   assert float(m_mis["mis/frac_masked"]) == 0
   assert np.abs(np.asarray(w_mis) - 1)[mask > 0].max() <= 1e-5
-  assert (roll["info"]["accuracy"] == 0).all() and "overlong_penalty" in roll["info"]
-  assert not roll["keep_groups"].any()
-  assert batch["mask_BxN"].sum() == 0 and np.abs(batch["adv_B"]).sum() == 0
-  from rljax.trainer import _rollout_metrics
-  assert _rollout_metrics(roll, batch)["rollout/dropped_groups"] == len(roll["keep_groups"])
+  assert (roll.info["accuracy"] == 0).all() and "overlong_penalty" in roll.info
+  assert not roll.keep_groups.any() and roll.resample_tries == 1
+  assert batch.mask_BxN.sum() == 0 and np.abs(batch.adv_B).sum() == 0
+  from rljax.loop import rollout_metrics
+  assert rollout_metrics(roll, batch)["rollout/dropped_groups"] == len(roll.keep_groups)
   # the N-skips abort (same trainer): saves the last good state, then raises
-  tr.cfg.train.max_consecutive_skips = 6
+  tr.skips.limit = 6  # train.max_consecutive_skips
   all_skipped = {"actor/update_skipped": 4.0, "actor/num_updates": 4.0}
-  tr._check_skips(1, dict(all_skipped))
-  tr._check_skips(2, {"actor/update_skipped": 1.0, "actor/num_updates": 4.0})  # resets to 1
-  tr._check_skips(3, dict(all_skipped))  # 5 in a row
+  tr.check_skips(1, dict(all_skipped))
+  tr.check_skips(2, {"actor/update_skipped": 1.0, "actor/num_updates": 4.0})  # resets to 1
+  tr.check_skips(3, dict(all_skipped))  # 5 in a row
   with pytest.raises(TrainingAborted, match="aborting at step 4: 9 consecutive updates were "
                      "skipped.*max_consecutive_skips=6.*optim.lr.*saved"):
-    tr._check_skips(4, dict(all_skipped))
+    tr.check_skips(4, dict(all_skipped))
   assert tr.ckpt.latest_step() == 4
+
+
+def test_the_assembled_batch_has_the_layout_aot_compiles(tmp_path):
+  """One `TrainBatch` definition: the batch the trainer assembles (per-criterion CoRT replay
+  and a recorded head) has exactly the arrays, dtypes and trailing shapes of the layout that
+  `rljax.aot` lowers (`batch_layout`, at the longest prompts), and its prompt columns are the
+  bucketed ones."""
+  from rljax.loop import batch_layout, layout_of
+  tr = _trainer(tmp_path, "cort_grpo", **{"objective.replay_mode": "per_criterion",
+                                          "rollout.record_topk": 4})
+  batch = tr.assemble(tr.collect(0))
+  arrays = batch.arrays()
+  got = {k: (v.shape, v.dtype) for k, v in arrays.items()}
+  assert got == layout_of(batch).shapes()
+  full = batch_layout(tr.cfg, tr.step_cfg).shapes()
+  assert set(full) == set(arrays) and {"crit_tokens_BxCxL", "head_ids_BxNxK"} <= set(full)
+  for k, (shape, dtype) in full.items():
+    assert dtype == arrays[k].dtype and shape[0] == arrays[k].shape[0], k
+    assert shape[-1] >= arrays[k].shape[-1], k  # bucketed prompts are at most the maxima
+  assert layout_of(batch).prompt_len <= tr.cfg.data.max_prompt_len

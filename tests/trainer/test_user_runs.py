@@ -156,11 +156,11 @@ def test_math_dataset_trains_with_math_accuracy(tmp_path):
 
 
 def test_numeric_rows_keeps_per_response_numbers_only():
-  from rljax.trainer import _numeric_rows
-  assert _numeric_rows([[True], [False, True]], 2) is None  # ragged per-criterion lists
-  assert _numeric_rows(["a", "b"], 2) is None
-  assert _numeric_rows([0.5, 1.0, 0.0], 2) is None  # not one per response
-  np.testing.assert_array_equal(_numeric_rows([0.5, 1.0], 2), [0.5, 1.0])
+  from rljax.loop import numeric_rows
+  assert numeric_rows([[True], [False, True]], 2) is None  # ragged per-criterion lists
+  assert numeric_rows(["a", "b"], 2) is None
+  assert numeric_rows([0.5, 1.0, 0.0], 2) is None  # not one per response
+  np.testing.assert_array_equal(numeric_rows([0.5, 1.0], 2), [0.5, 1.0])
 
 
 def test_rubric_prompts_with_several_criteria_train(tmp_path):

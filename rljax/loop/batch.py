@@ -1,0 +1,87 @@
+"""The train batch: one typed definition of what the update reads, its shapes and shardings.
+
+Row i of a batch of B = prompts × G rows is the rubric prompt x⁺ (left-padded to P) followed
+by the response (N tokens); for the CoRT replay the rubric-free prompt x⁻ (left-padded to
+P⁻) followed by the *same* response, or (per-criterion replay) C rows of x⁺ minus criterion
+j; and, for the mismatch objectives that read the sampler's distribution, its recorded head.
+The trainer, `rljax.aot`, `bench/` and `experiments/` all build it here (`assemble`) or
+describe it here (`BatchLayout.spec`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from rljax import sharding as shd
+
+
+class TrainBatch(NamedTuple):
+  """Host arrays of one rollout batch, as the update reads them (`arrays()`: the dict)."""
+  tokens_BxL: np.ndarray                      # x⁺ + response, int32
+  attn_mask_BxL: np.ndarray                   # 1 on real tokens, int32
+  mask_BxN: np.ndarray                        # response tokens in the loss, float32
+  adv_B: np.ndarray                           # sequence advantages, float32
+  sampler_logp_BxN: np.ndarray                # log q of the sampled tokens, float32
+  minus_tokens_BxM: np.ndarray | None = None  # CoRT replay x⁻ + response
+  minus_attn_mask_BxM: np.ndarray | None = None
+  crit_tokens_BxCxL: np.ndarray | None = None  # per-criterion replay rows
+  crit_attn_mask_BxCxL: np.ndarray | None = None
+  crit_id_BxC: np.ndarray | None = None       # criterion id per slot (−1: none)
+  head_ids_BxNxK: np.ndarray | None = None    # the sampler's recorded head
+  head_logq_BxNxK: np.ndarray | None = None
+
+  def arrays(self) -> dict:
+    """The arrays that are present, by name: what `rljax.update` takes."""
+    return {k: v for k, v in self._asdict().items() if v is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchLayout:
+  """The static shapes of a run's train batch."""
+  rows: int                     # B
+  prompt_len: int               # P
+  response_len: int             # N
+  replay_prompt_len: int = 0    # P⁻ (0: no replay rows)
+  num_criteria: int = 0         # C (0: no per-criterion rows)
+  head_k: int = 0               # K (0: no recorded head)
+
+  def shapes(self) -> dict:
+    """{name: (shape, dtype)} of every array of a batch with this layout."""
+    b, p, n = self.rows, self.prompt_len, self.response_len
+    i32, f32 = np.dtype(np.int32), np.dtype(np.float32)
+    out = {"tokens_BxL": ((b, p + n), i32), "attn_mask_BxL": ((b, p + n), i32),
+           "mask_BxN": ((b, n), f32), "adv_B": ((b,), f32), "sampler_logp_BxN": ((b, n), f32)}
+    if self.replay_prompt_len:
+      m = self.replay_prompt_len + n
+      out.update(minus_tokens_BxM=((b, m), i32), minus_attn_mask_BxM=((b, m), i32))
+    if self.num_criteria:
+      c = self.num_criteria
+      out.update(crit_tokens_BxCxL=((b, c, p + n), i32), crit_attn_mask_BxCxL=((b, c, p + n), i32),
+                 crit_id_BxC=((b, c), i32))
+    if self.head_k:
+      k = self.head_k
+      out.update(head_ids_BxNxK=((b, n, k), i32), head_logq_BxNxK=((b, n, k), f32))
+    return {name: out[name] for name in TrainBatch._fields if name in out}
+
+  def shardings(self, mesh) -> dict:
+    """The sharding of every array: `rljax.sharding.batch_sharding`, rows over the batch axes."""
+    return {k: shd.batch_sharding(mesh, s) for k, (s, _) in self.shapes().items()}
+
+  def spec(self, mesh=None) -> dict:
+    """`jax.ShapeDtypeStruct`s of the batch (with shardings on `mesh`): what AOT lowers."""
+    sh = self.shardings(mesh) if mesh is not None else {}
+    return {k: jax.ShapeDtypeStruct(s, t, sharding=sh.get(k)) for k, (s, t)
+            in self.shapes().items()}
+
+
+def layout_of(batch: TrainBatch) -> BatchLayout:
+  """The layout of an assembled batch."""
+  b, n = batch.mask_BxN.shape
+  return BatchLayout(
+      rows=b, prompt_len=batch.tokens_BxL.shape[1] - n, response_len=n,
+      replay_prompt_len=0 if batch.minus_tokens_BxM is None else batch.minus_tokens_BxM.shape[1] - n,
+      num_criteria=0 if batch.crit_id_BxC is None else batch.crit_id_BxC.shape[1],
+      head_k=0 if batch.head_ids_BxNxK is None else batch.head_ids_BxNxK.shape[2])

@@ -1,0 +1,37 @@
+"""Host-side metrics of a step: the collected batch's and the update's."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rollout_metrics(roll, batch) -> dict:
+  """Reward, response-length and dynamic-sampling metrics of a collected batch (`Rollouts`
+  and its `TrainBatch`)."""
+  info, mask = roll.info, batch.mask_BxN
+  out = {"reward/mean": float(np.mean(roll.rewards)),
+         "reward/std": float(np.std(roll.rewards)),
+         "response/length_mean": float(mask.sum(1).mean()),
+         "response/length_clip_ratio": float(np.mean(np.asarray(roll.r.truncated_B))),
+         # x+ columns after prompt bucketing (data.prompt_bucket)
+         "rollout/prompt_len": float(batch.tokens_BxL.shape[1] - mask.shape[1]),
+         "rollout/resample_tries": roll.resample_tries}
+  for k in ("csr", "aon", "overlong_penalty", "accuracy"):
+    if k in info:
+      out[f"reward/{k}"] = float(np.mean(info[k]))
+  if roll.keep_groups is not None:
+    out["rollout/dropped_groups"] = float(np.sum(~np.asarray(roll.keep_groups)))
+  return out
+
+
+def update_metrics(metrics: dict, criterion_ids=()) -> dict:
+  """The update's device metrics as floats; the per-criterion Δ sums (per-criterion replay)
+  expanded to `cort/delta/<criterion id>` = the mean Δ_j of that criterion."""
+  metrics = dict(metrics)
+  sums = metrics.pop("cort/crit_delta_sum_I", None)
+  counts = metrics.pop("cort/crit_count_I", None)
+  out = {k: float(v) for k, v in metrics.items()}
+  if sums is not None:
+    for name, s, c in zip(criterion_ids, np.asarray(sums), np.asarray(counts)):
+      if c > 0:
+        out[f"cort/delta/{name}"] = float(s / c)
+  return out
