@@ -51,8 +51,8 @@ def model_config(cfg):
     tok = load_tokenizer(resolve(c.tokenizer or c.path))
     return ModelConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
                        param_dtype=c.param_dtype, dtype=c.dtype,
-                       attention=c.get("attention", "dense"), **c.tiny_config.to_dict())
-  kw = dict(param_dtype=c.param_dtype, dtype=c.dtype, attention=c.get("attention", "dense"))
+                       attention=c.attention, **c.tiny_config.to_dict())
+  kw = dict(param_dtype=c.param_dtype, dtype=c.dtype, attention=c.attention)
   path = resolve(c.path)
   if os.path.isdir(path):
     return load_hf_config(path, **kw)

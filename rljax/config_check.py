@@ -82,10 +82,10 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"{cfg.model.param_dtype!r}; valid: float32, bfloat16")
   _need(cfg.model.dtype in ("float32", "bfloat16"), "model.dtype",
         f"{cfg.model.dtype!r}; valid: float32, bfloat16")
-  remat = cfg.model.get("remat", "none")
+  remat = cfg.model.remat
   _need(remat in (False, True, "none", "dots", "full"), "model.remat",
         f"{remat!r}; valid: none, dots, full")
-  attention = cfg.model.get("attention", "dense")
+  attention = cfg.model.attention
   _need(attention in ATTENTION_IMPLS, "model.attention",
         f"{attention!r}; valid: {', '.join(ATTENTION_IMPLS)}")
   try:
@@ -115,7 +115,7 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"{tuple(shape)})")
   _need(d.max_prompt_len >= 1, "data.max_prompt_len", "must be >= 1")
   _need(d.max_replay_prompt_len >= 1, "data.max_replay_prompt_len", "must be >= 1")
-  _need(d.get("prompt_bucket", 0) >= 0, "data.prompt_bucket",
+  _need(d.prompt_bucket >= 0, "data.prompt_bucket",
         "must be >= 0 (0: pad every prompt to data.max_prompt_len)")
   _need(1 <= d.min_criteria <= d.max_criteria, "data.min_criteria",
         f"need 1 <= min_criteria <= max_criteria, got {d.min_criteria}, {d.max_criteria}")
@@ -123,7 +123,7 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   _need(r.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
   _need(cfg.reward.mode in ("strict", "loose"), "reward.mode", "valid: strict, loose")
   if d.dataset == "jsonl":
-    _need(bool(d.get("path", "")), "data.path", "data.dataset='jsonl' needs a prompts file")
+    _need(bool(d.path), "data.path", "data.dataset='jsonl' needs a prompts file")
     _need(os.path.exists(d.path), "data.path", f"{d.path}: no such file")
   try:
     from rljax.rewards.from_config import build_reward

@@ -45,6 +45,15 @@ def _unbiased_std(x, axis=None):
   return jnp.sqrt(var / max(n - 1, 1))
 
 
+def _centered(r_GxN):
+  """r − mean_g r, and an exact 0 where G·r = Σ_g r (a reward equal to its group mean).
+  Under jit XLA turns the mean into Σr · (1/G) and may contract it with the subtraction into
+  one FMA, so r − mean alone left −2⁻²⁷ for the 0.5 of [1, .5, 0, 1, 0]."""
+  total = jnp.sum(r_GxN, axis=1, keepdims=True)
+  centered = r_GxN - jnp.mean(r_GxN, axis=1, keepdims=True)
+  return jnp.where(r_GxN * r_GxN.shape[1] == total, 0.0, centered)
+
+
 def _finish(adv_GxN, r_GxN) -> tuple[jax.Array, Metrics]:
   equal_G = jnp.max(r_GxN, axis=1) == jnp.min(r_GxN, axis=1)
   adv_GxN = jnp.where(equal_G[:, None], 0.0, adv_GxN)
@@ -63,7 +72,7 @@ def _finish(adv_GxN, r_GxN) -> tuple[jax.Array, Metrics]:
 def grpo(rewards_B, group_size: int, cfg: AdvantageConfig):
   """A = (r − mean_g r) / (std + eps); std per group, over the batch, or 1."""
   r = as_groups(rewards_B.astype(fdtype()), group_size)
-  centered = r - jnp.mean(r, axis=1, keepdims=True)
+  centered = _centered(r)
   if cfg.scale_rewards == "group":
     std = _unbiased_std(r, axis=1)[:, None]
   elif cfg.scale_rewards == "batch":
@@ -78,7 +87,7 @@ def dr_grpo(rewards_B, group_size: int, cfg: AdvantageConfig):
   """A = r − mean_g r (no std)."""
   del cfg
   r = as_groups(rewards_B.astype(fdtype()), group_size)
-  return _finish(r - jnp.mean(r, axis=1, keepdims=True), r)
+  return _finish(_centered(r), r)
 
 
 def rloo(rewards_B, group_size: int, cfg: AdvantageConfig):
@@ -90,7 +99,7 @@ def rloo(rewards_B, group_size: int, cfg: AdvantageConfig):
   # The centred form, not r − (Σr − r)/(G−1): a reward equal to the group mean gets an
   # exact 0 (the subtraction form leaves ±1 ulp of the wrong sign, e.g. [1, .5, .5, 0]).
   scale = group_size / (group_size - 1)
-  return _finish(scale * (r - jnp.mean(r, axis=1, keepdims=True)), r)
+  return _finish(scale * _centered(r), r)
 
 
 register_entry(KIND, "grpo", grpo, AdvantageConfig,

@@ -114,7 +114,10 @@ def prop_sc_centering(V, K, seed):
          "mis": r * ((r >= 0.5) & (r <= 5.0))}[w]
     eye = np.eye(V)
     mean_score = (q * f) @ (eye - p) - np.asarray(coef, np.float64) @ (eye[head] - p)
-    np.testing.assert_allclose(mean_score, 0.0, atol=2e-6)
+    # float32 coefficients: the error is a few ulp of the magnitudes that cancel (with
+    # is_weight none and a light head, |coef| reaches ~40: (5, 4, 5) gave 1.3e-5 = 1 ulp of 101)
+    scale = np.abs(q * f).sum() + np.abs(np.asarray(coef, np.float64)).sum()
+    np.testing.assert_allclose(mean_score, 0.0, atol=1e-6 * max(scale, 1.0))
 
 
 CASES = {
@@ -129,7 +132,12 @@ CASES = {
 # (a, b, seed) examples that hypothesis once falsified, kept as explicit cases.
 REGRESSIONS = {
     # rloo gave [0.667, -1.49e-8, -1.49e-8, -0.667] for rewards [1, .5, .5, 0] (mean .5).
-    "advantages": [(1, 4, 0)],
+    "advantages": [(1, 4, 0),
+                   # grpo (batch), dr_grpo, rloo under jit gave −2⁻²⁷ for the 0.5 of
+                   # [1, .5, 0, 1, 0]: XLA fused Σr·(1/G) and the subtraction into an FMA
+                   (4, 5, 1)],
+    # sc: the float32 centering of a light head (|coef| ~ 40) against an absolute 2e-6.
+    "sc": [(5, 4, 5)],
 }
 
 
