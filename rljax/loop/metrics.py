@@ -18,6 +18,9 @@ def rollout_metrics(roll, batch) -> dict:
   for k in ("csr", "aon", "overlong_penalty", "accuracy"):
     if k in info:
       out[f"reward/{k}"] = float(np.mean(info[k]))
+  for k in info:  # each term of a weighted reward (`reward.terms`), unweighted
+    if k.startswith("term/"):
+      out[k] = float(np.mean(info[k]))
   if roll.keep_groups is not None:
     out["rollout/dropped_groups"] = float(np.sum(~np.asarray(roll.keep_groups)))
   return out

@@ -78,6 +78,10 @@ def test_jsonl_dataset_and_weighted_custom_reward_train(jsonl_run):
               "eval/ifbench_prompt_level_strict", "eval/ifbench_instruction_level_strict"):
     assert key in final, key
   assert final["reward/mean"] == pytest.approx(recs[-1]["reward/mean"])
+  # each term logged as term/<name>; the reward is their weighted sum
+  for r in recs:
+    assert r["reward/mean"] == pytest.approx(
+        r["term/csr"] + 0.5 * r["term/examples.my_rewards:short"], abs=1e-6)
   samples = [json.loads(line) for line in open(os.path.join(wd, "samples.jsonl"))]
   assert samples and all(s["step"] == 2 and "response" in s for s in samples)
   # reward = csr + 0.5 * short: each sample's reward is one of {0, .5, 1, 1.5}
