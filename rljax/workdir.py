@@ -2,7 +2,8 @@
 
 - `check_compatible(cfg, workdir)`: a directory whose saved config.json differs in
   anything that changes shapes, the objective or the data is refused before
-  anything is written (the message names the keys and offers a new directory).
+  anything is written (the message names the keys and offers a new directory) — unless
+  it holds no result yet (no metrics, no checkpoint: a run that failed at start-up).
 - `finished_metrics(workdir, steps)`: a finished run's final metrics (a rerun is a no-op).
 - `trim_metrics(path, step)`: drops records after the resumed step (no duplicates).
 - `read_jsonl_tolerant(path)`: JSON lines, skipping a truncated last line with a warning.
@@ -23,6 +24,10 @@ MAY_CHANGE = ("workdir", "train.steps", "checkpoint.", "eval.", "log.", "mesh.",
 IDENTITY = ("seed", "model.", "data.", "objective.", "reward.", "rollout.num_generations",
             "rollout.max_new_tokens", "rollout.record_topk", "rollout.copy",
             "train.ref_model", "train.inner_epochs", "train.num_minibatches")
+
+
+# Keys the config no longer has: a saved config.json that still holds them is the same run.
+REMOVED = ("objective.teacher",)
 
 
 class WorkdirError(ValueError):
@@ -58,8 +63,8 @@ def fresh_name(workdir: str) -> str:
 def check_compatible(cfg, workdir: str) -> list[str]:
   """Raises WorkdirError if `workdir` holds another run; returns the keys that changed."""
   path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    return []
+  if not os.path.exists(path) or not has_results(workdir):
+    return []  # nothing to protect: a run that stopped before its first metrics or checkpoint
   try:
     with open(path, encoding="utf-8") as f:
       saved = _flat(json.load(f))
@@ -68,7 +73,8 @@ def check_compatible(cfg, workdir: str) -> list[str]:
                        f"{fresh_name(workdir)}") from e
   new = _flat(config_dict(cfg))
   changed = sorted(k for k in set(saved) | set(new) if saved.get(k, "<absent>")
-                   != new.get(k, "<absent>") and not _matches(k, MAY_CHANGE))
+                   != new.get(k, "<absent>") and not _matches(k, MAY_CHANGE)
+                   and not (k in REMOVED and k not in new))
   identity = [k for k in changed if _matches(k, IDENTITY)]
   if identity:
     shown = "; ".join(f"{k}: {saved.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
@@ -81,6 +87,13 @@ def check_compatible(cfg, workdir: str) -> list[str]:
   if changed:
     warnings.warn(f"{workdir}: resuming with changed settings {changed}")
   return changed
+
+
+def has_results(workdir: str) -> bool:
+  """Whether `workdir` holds a result of a run: a checkpoint step or a metrics record."""
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  return bool(latest_saved_step(workdir)) or (os.path.exists(metrics)
+                                              and os.path.getsize(metrics) > 0)
 
 
 def latest_saved_step(workdir: str) -> int:

@@ -144,3 +144,25 @@ def test_every_paper_row_has_a_pod_config():
     assert cort or not any("Δ" in k for k in paper)  # gains are reported on the CoRT rows
   with pytest.raises(ValueError, match="unknown pod objective"):
     pod.get_config("objective=ppo")
+
+
+def test_workdir_guard_protects_results_only(tmp_path):
+  """A workdir is "a different run" only once it holds a result: a run that failed before
+  its first metrics (a wrong model path, say) leaves a config.json that must not block the
+  corrected command. A key the config no longer has (objective.teacher) is the same run."""
+  import json
+  from rljax.workdir import WorkdirError, check_compatible, config_dict
+  cfg = load_config_module(os.path.join(ROOT, "configs", "cort_grpo.py")).get_config("tiny")
+  wd = tmp_path / "run"
+  wd.mkdir()
+  saved = config_dict(cfg)
+  saved["objective"]["loss"] = "dapo"
+  (wd / "config.json").write_text(json.dumps(saved))
+  assert check_compatible(cfg, str(wd)) == []  # no results yet: the new config replaces it
+  (wd / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 0.0}) + "\n")
+  with pytest.raises(WorkdirError, match="objective.loss"):
+    check_compatible(cfg, str(wd))
+  old = config_dict(cfg)
+  old["objective"]["teacher"] = ""  # written by an earlier version of the config
+  (wd / "config.json").write_text(json.dumps(old))
+  assert check_compatible(cfg, str(wd)) == []
