@@ -61,9 +61,15 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
       # prompt_bucket (at most max_prompt_len / max_replay_prompt_len); 0 = always the max
       prompt_bucket=32,
       path="", heldout_path=""))  # dataset "jsonl": your prompts files (rljax/data/prompts.py)
+  # placement: colocated (sampler and trainer on mesh.shape) | disaggregated (the sampler on
+  # num_devices devices of its own, as mesh_shape (default: (processes, -1, 1)); the trainer
+  # on the rest, as mesh.shape). Batch t is drawn from policy version t - k: max_staleness = k
+  # draws it on the sampler's devices while batch t - k trains (disaggregated); lag = k is
+  # the same schedule run in turn on one mesh (colocated: the synchronous reference).
   c.rollout = mlc.ConfigDict(dict(
       num_generations=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
-      record_topk=0, copy="none", sync_every=1))
+      record_topk=0, copy="none", sync_every=1, placement="colocated", num_devices=0,
+      mesh_shape=(), max_staleness=0, lag=0))
   # reward: a registered name or "module:fn", its options, or weighted terms
   # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
   c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0, options={},

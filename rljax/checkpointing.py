@@ -1,5 +1,6 @@
-"""Orbax checkpoints of a run: the train state (+ a stale sampler's params) and a JSON record
-(step, PRNG key, data-iterator position, sampler sync state, last metrics).
+"""Orbax checkpoints of a run: the train state (+ a stale sampler's params), a JSON record
+(step, PRNG key, data-iterator position, sampler sync state, last metrics) and, when the
+sampler runs ahead of the learner, the rollout batches drawn but not yet trained on.
 
 `last/` keeps the newest `keep` steps; `best/` keeps the single best by an eval metric.
 Restoring reads straight into the shardings of an abstract target.
@@ -21,6 +22,9 @@ import jax
 import orbax.checkpoint as ocp
 
 
+ITEMS = ("state", "meta", "inflight")
+
+
 class RunCheckpointer:
   """Thin wrapper over two `ocp.CheckpointManager`s with a fixed item layout."""
 
@@ -34,7 +38,7 @@ class RunCheckpointer:
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                         enable_async_checkpointing=async_save)
     self.last = ocp.CheckpointManager(directory / "last", options=opts,
-                                      item_names=("state", "meta"))
+                                      item_names=ITEMS)
     self.best = None
     if best_metric:
       best_opts = ocp.CheckpointManagerOptions(
@@ -42,13 +46,18 @@ class RunCheckpointer:
           best_fn=lambda m: float(m.get(best_metric, float("-inf"))), best_mode="max",
           keep_checkpoints_without_metrics=False)
       self.best = ocp.CheckpointManager(directory / "best", options=best_opts,
-                                        item_names=("state", "meta"))
+                                        item_names=ITEMS)
 
   def latest_step(self) -> int | None:
     return self.last.latest_step()
 
-  def save(self, step: int, state: Any, meta: dict, eval_metrics: dict | None = None) -> None:
-    args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+  def save(self, step: int, state: Any, meta: dict, eval_metrics: dict | None = None,
+           inflight: dict | None = None) -> None:
+    """`inflight`: host numpy arrays (identical on every process), saved beside the state."""
+    items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+    if inflight:
+      items["inflight"] = ocp.args.StandardSave(inflight)
+    args = ocp.args.Composite(**items)
     self.last.save(step, args=args, force=True)  # waits for the previous save first
     if self.best is not None and eval_metrics and self.best_metric in eval_metrics:
       if step in self.best.all_steps():  # from a timeline abandoned at a corrupt checkpoint
@@ -62,8 +71,9 @@ class RunCheckpointer:
     if self.best is not None:
       self.best.wait_until_finished()
 
-  def restore(self, abstract_state: Any, step: int | None = None):
-    """(state, meta) of `step`, read into `abstract_state`'s shardings.
+  def restore(self, abstract_state: Any, step: int | None = None, inflight=None):
+    """(state, meta) of `step`, read into `abstract_state`'s shardings; with
+    `inflight(meta) -> numpy target or None`, (state, meta, inflight arrays).
 
     Without a step: the newest readable one. A step that fails to read (a corrupt or
     half-written checkpoint) is moved aside to `checkpoints/corrupt-<step>` with a warning
@@ -71,15 +81,25 @@ class RunCheckpointer:
     """
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           abstract_state)
-    args = lambda: ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                      meta=ocp.args.JsonRestore())
+
+    def read(s):
+      items = dict(state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+      extra = None
+      if inflight is not None:
+        meta = self.last.restore(s, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+        extra = inflight(meta)
+        if extra:
+          items["inflight"] = ocp.args.StandardRestore(extra)
+      out = self.last.restore(s, args=ocp.args.Composite(**items))
+      if inflight is None:
+        return out.state, out.meta
+      return out.state, out.meta, (out.inflight if extra else None)
+
     if step is not None:
-      out = self.last.restore(step, args=args())
-      return out.state, out.meta
+      return read(step)
     for s in sorted(self.last.all_steps(), reverse=True):
       try:
-        out = self.last.restore(s, args=args())
-        return out.state, out.meta
+        return read(s)
       except Exception as e:  # noqa: BLE001 - orbax raises many kinds for bad bytes
         self._quarantine(s, e)
     raise FileNotFoundError(f"{self.last.directory}: no readable checkpoint")

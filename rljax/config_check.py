@@ -76,7 +76,7 @@ def sampler_config(cfg: mlc.ConfigDict, stop_ids=None, pad_id: int = 0) -> Sampl
 def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   """Raises ConfigError on the first problem; returns warnings (e.g. REAL's forced scale)."""
   from rljax.models.bundled import resolve
-  d, r, t, o, opt = cfg.data, cfg.rollout, cfg.train, cfg.objective, cfg.optim
+  d, t, o, opt = cfg.data, cfg.train, cfg.objective, cfg.optim
   # model
   _need(cfg.model.param_dtype in ("float32", "bfloat16"), "model.param_dtype",
         f"{cfg.model.param_dtype!r}; valid: float32, bfloat16")
@@ -94,13 +94,35 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
     raise ConfigError(f"config.model.path: {e}") from e
   _need(os.path.exists(path), "model.path", f"checkpoint {path!r} does not exist (a HF "
         "directory with config.json + *.safetensors, a .gguf file, or 'smollm2')")
+  # placement: the trainer's mesh covers the devices the sampler does not take
+  r = cfg.rollout
+  _need(r.placement in ("colocated", "disaggregated"), "rollout.placement",
+        f"{r.placement!r}; valid: colocated, disaggregated")
+  for key in ("max_staleness", "lag", "num_devices"):
+    _need(isinstance(r[key], int) and r[key] >= 0, f"rollout.{key}",
+          f"must be an int >= 0, got {r[key]!r}")
+  if r.placement == "disaggregated":
+    _need(1 <= r.num_devices < num_devices, "rollout.num_devices",
+          f"{r.num_devices}: disaggregated needs 1 <= num_devices < the {num_devices} "
+          "devices (the trainer takes the rest)")
+    _need(r.lag == 0, "rollout.lag", "is the colocated schedule; with placement="
+          "disaggregated set rollout.max_staleness instead")
+    num_devices -= r.num_devices
+  else:
+    _need(r.max_staleness == 0, "rollout.max_staleness",
+          f"{r.max_staleness} needs rollout.placement=disaggregated (a sampler on its own "
+          "devices); rollout.lag is the same schedule on one mesh")
+    _need(r.num_devices == 0 and not tuple(r.mesh_shape), "rollout.num_devices",
+          "and rollout.mesh_shape need rollout.placement=disaggregated")
   # mesh
   shape = list(cfg.mesh.shape)
   _need(len(shape) in (2, 3) and shape.count(-1) <= 1, "mesh.shape",
         f"{tuple(shape)}: give (data, fsdp[, tensor]) with at most one -1")
   known = math.prod(s for s in shape if s != -1)
   _need(known >= 1 and (num_devices % known == 0 if -1 in shape else known == num_devices),
-        "mesh.shape", f"{tuple(shape)} does not match the {num_devices} available devices")
+        "mesh.shape", f"{tuple(shape)} does not match the {num_devices} available devices"
+        + (" (the trainer's, after rollout.num_devices)" if r.placement == "disaggregated"
+           else ""))
   data_par = (num_devices // known if -1 in shape[:2] else 1) * math.prod(
       s for s in shape[:2] if s != -1)
   # data

@@ -1,13 +1,17 @@
 """The RL loop, as the papers write it:
 
     for step in range(start, steps):
-      rollouts = collect(rollout, keys.rollout(step), ...)   # rollout + rewards + shaping + DAPO
+      rollouts = pipeline.get(step)    # collect(): rollout + rewards + shaping + DAPO, drawn
+                                       #   from policy version step - k (k = 0: on-policy)
       batch    = assemble(rollouts, objective, ...)          # advantages + a typed TrainBatch
       state, m = update(state, batch, ref, keys.update(step))  # μ = 1 fused or μ > 1 scan
       hooks(step, m)                                         # log / eval / checkpoint / SIGTERM
 
 The stages live in `rljax.loop`; this module only builds them from the config and runs
-them. `Trainer(cfg, workdir).run()` resumes from the newest checkpoint in `workdir`;
+them. `rollout.placement = disaggregated` puts the sampler on its own devices
+(`rljax.loop.placement`) and, with `rollout.max_staleness = k`, draws batch t + k there while
+batch t trains (`rljax.loop.pipeline`); `rollout.lag = k` is the same schedule on one mesh,
+run in turn. `Trainer(cfg, workdir).run()` resumes from the newest checkpoint in `workdir`;
 SIGTERM (TPU preemption) saves at the end of the current step and exits cleanly.
 """
 from __future__ import annotations
@@ -31,6 +35,8 @@ from rljax.loop import (Collector, Evaluator, Keys, Preemption, PromptEncoder, R
                         SkipGuard, TrainingAborted, assemble, build_data, build_model,
                         build_step_parts, collect, layout_of, needs_ref_params, print_baseline,
                         rollout_metrics, token_weight_heatmap, update_metrics)
+from rljax.loop import pipeline as pipe
+from rljax.loop.placement import describe, make_placement, sampler_model, to_sampler
 from rljax.metrics_log import MetricsWriter
 from rljax.rollout import SamplerSync
 from rljax.train_step import init_state
@@ -41,9 +47,11 @@ __all__ = ["Trainer", "TrainingAborted"]
 
 
 class Trainer:
-  def __init__(self, cfg: mlc.ConfigDict, workdir: str):
+  def __init__(self, cfg: mlc.ConfigDict, workdir: str, devices=None):
+    """`devices`: the devices the run may use (default: all of every process)."""
     self.cfg, self.workdir = cfg, os.fspath(workdir)
-    for w in validate_config(cfg, jax.device_count()):
+    devices = list(jax.devices() if devices is None else devices)
+    for w in validate_config(cfg, len(devices)):
       warnings.warn(w)
     paths.check_writable(self.workdir)
     check_compatible(cfg, self.workdir)  # before anything in the workdir is overwritten
@@ -51,8 +59,12 @@ class Trainer:
                                       latest_saved_step(self.workdir))
     if self._finished is not None:  # a finished run: nothing to build, its results are kept
       return
-    self.mesh = shd.make_mesh(tuple(cfg.mesh.shape))
+    self.place = make_placement(cfg, devices)
+    self.mesh = self.place.trainer_mesh
     dist.check_batch(cfg.data.batch_size, self.mesh)  # before anything compiles
+    if self.place.disaggregated:
+      dist.check_batch(cfg.data.batch_size, self.place.sampler_mesh)
+      print(f"placement: {describe(self.place)}", flush=True)
     if dist.is_writer():  # one writer; the others meet it at the barrier below
       paths.write_text(os.path.join(self.workdir, "config.json"),
                        cfg.to_json_best_effort(indent=2))
@@ -70,16 +82,24 @@ class Trainer:
     reward_fn = build_reward(cfg.reward)
     encoder = PromptEncoder(m.tokenizer, cfg.data, m.pad_id, self.per_criterion,
                             self.criterion_ids)
-    self.collector = Collector(
-        mesh=self.mesh, encoder=encoder, tokenizer=m.tokenizer, source=self.data.source,
+    collector = lambda mesh: Collector(
+        mesh=mesh, encoder=encoder, tokenizer=m.tokenizer, source=self.data.source,
         decode=self.data.decode, reward_fn=reward_fn,
         sampler_cfg=sampler_config(cfg, stop_ids=(m.tokenizer.eos_token_id,), pad_id=m.pad_id),
         num_threads=cfg.reward.num_threads, overlong_cache=cfg.objective.overlong_cache)
+    self.collector = collector(self.place.sampler_mesh)
     self.sync = SamplerSync(cfg.rollout.copy, every=cfg.rollout.sync_every)
+    r = cfg.rollout
+    self.pipeline = pipe.RolloutPipeline(
+        self._draw, self._sampler_for,
+        lag=r.max_staleness if self.place.disaggregated else r.lag,
+        # XLA:CPU hangs when two programs with cross-process collectives run at once (gloo),
+        # so several processes run the two stages in turn, each on its own devices
+        overlap=self.place.disaggregated and jax.process_count() == 1)
     self.keys = Keys(cfg.seed)
     self.log = MetricsWriter(self.workdir, tensorboard=cfg.log.tensorboard,
                              total_steps=cfg.train.steps, active=dist.is_writer())
-    self.evaluate = Evaluator(self.collector, self.data.eval_examples, reward_fn, self.log,
+    self.evaluate = Evaluator(collector(self.mesh), self.data.eval_examples, reward_fn, self.log,
                               cfg.eval.num_samples)
     self.ckpt = RunCheckpoints(self.workdir, cfg.checkpoint, cfg.seed, self.data.batches,
                                self.sync)
@@ -87,16 +107,28 @@ class Trainer:
     self._updates: dict = {}  # one jitted update per batch layout (prompt buckets)
 
   # ------------------------------------------------------------------------- stages
-  def collect(self, step: int):
-    """The rollout batch of `step`: the sampler (synced per `rollout.sync_every`) on the
-    next prompts, rewards, shaping and DAPO dynamic sampling."""
-    sampler = self.sync.params(step, nnx.merge(self.model.graphdef, self.state.params))
+  def _sampler_for(self, step: int):
+    """(sampler, its policy version) to launch rollouts with at `step`: synced from the
+    trainer per `rollout.sync_every`, moved to the sampler's devices when disaggregated."""
+    src = (sampler_model(self.model.graphdef, self.state.params, self.place)
+           if self.sync.due(step) else None)
+    return (self.sync.params(step, src, private=self.place.disaggregated),
+            self.sync.last_sync_step)
+
+  def _draw(self, batch: int, sampler):
+    """Rollout batch number `batch`: `sampler` on the next prompts, rewards, shaping and DAPO
+    dynamic sampling, with that batch's keys."""
     o = self.cfg.objective
     draw = lambda key: self.collector.rollout(
         sampler, np.asarray(next(self.data.batches)["prompts"]), key)
-    return collect(draw, self.keys.rollout(step), group_size=self.objective.group_size,
+    return collect(draw, self.keys.rollout(batch), group_size=self.objective.group_size,
                    dynamic_sampling=o.dynamic_sampling, max_resample=o.max_resample,
-                   resample_key=lambda attempt: self.keys.resample(step, attempt))
+                   resample_key=lambda attempt: self.keys.resample(batch, attempt))
+
+  def collect(self, step: int):
+    """The rollout batch of `step` drawn now from the current params (the pipeline's
+    `_draw` without the schedule)."""
+    return self._draw(step, self._sampler_for(step)[0])
 
   def assemble(self, roll):
     return assemble(roll, self.objective, replay=self.step_cfg.replay,
@@ -123,8 +155,27 @@ class Trainer:
     """Aborts, after saving the last good state, once `train.max_consecutive_skips` updates
     in a row were skipped for a non-finite loss or gradient."""
     if self.skips.check(metrics):
-      self.ckpt.save(done, self.state, metrics)
+      self.ckpt.save(done, self.state, metrics, inflight=self.pipeline.drain())
       raise TrainingAborted(self.skips.message(done, self.cfg.optim.lr, self.workdir))
+
+  def _stage_metrics(self, drawn, t0: float, t1: float, t2: float) -> dict:
+    """Staleness, waits, the sampler / learner overlap and the timeline of one step (t0:
+    the step's start, t1: its batch in hand, t2: its update done)."""
+    hist = self.pipeline.history
+    prev = hist[-2] if len(hist) > 1 else None
+    busy = [d for d in [drawn] + self.pipeline.in_flight() if d.start is not None]
+    clock = self.pipeline.clock0
+    out = {"rollout/staleness": float(drawn.batch - drawn.version),
+           "time/rollout_and_reward": (drawn.end or t1) - (drawn.start or t0),
+           "time/train": t2 - t1,
+           "time/learner_wait": t1 - t0,  # the learner not training: waiting for batch t
+           "time/sampler_wait": pipe.sampler_idle(prev, drawn),
+           "rollout/overlap": pipe.overlap((t1, t2), busy, time.time()) / max(t2 - t1, 1e-9)}
+    if drawn.start is not None:
+      out.update({"timeline/collect_start": drawn.start - clock,
+                  "timeline/collect_end": drawn.end - clock})
+    out.update({"timeline/update_start": t1 - clock, "timeline/update_end": t2 - clock})
+    return out
 
   def _eval(self, step: int) -> dict:
     t0 = time.time()
@@ -138,7 +189,9 @@ class Trainer:
       print(f"{self.workdir}: already finished (train.steps={cfg.train.steps}); results kept. "
             "Raise --config.train.steps to continue, or use a new --workdir.", flush=True)
       return self._finished
-    self.state, start = self.ckpt.restore(self.state, self.model.graphdef)
+    place = (lambda pure: to_sampler(pure, self.place)) if self.place.disaggregated else None
+    self.state, start, inflight = self.ckpt.restore(self.state, self.model.graphdef, place)
+    self.pipeline.start(start, inflight)
     self.log.truncate_after(start if start else -1)  # steps after the checkpoint: rewritten
     if start == 0 and cfg.eval.at_start:
       ev = self._eval(0)  # the initial policy: the curve's baseline
@@ -150,22 +203,24 @@ class Trainer:
       with Preemption() as preempt:
         for step in range(start, cfg.train.steps):
           t0 = time.time()
-          roll = self.collect(step)
+          drawn, _ = self.pipeline.get(step)
+          roll = drawn.roll
           t1 = time.time()
           batch = self.assemble(roll)
-          metrics = {**self.update(step, batch), **rollout_metrics(roll, batch),
-                     "rollout/lag": self.sync.lag(step), "time/rollout_and_reward": t1 - t0,
-                     "time/train": time.time() - t1}
+          metrics = self.update(step, batch)
+          t2 = time.time()
+          metrics.update(rollout_metrics(roll, batch), **self._stage_metrics(drawn, t0, t1, t2))
           last, done = (batch, roll), step + 1
           preempt.requested = dist.any_process(preempt.requested)  # all stop at one step
           self.check_skips(done, metrics)
           ev = None
           if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.train.steps:
+            self.pipeline.drain()  # the reward functions and devices to the eval alone
             ev = self._eval(done)
             metrics.update(ev)
           if preempt.requested or done == cfg.train.steps or (
               cfg.checkpoint.every and done % cfg.checkpoint.every == 0):
-            self.ckpt.save(done, self.state, metrics, ev)
+            self.ckpt.save(done, self.state, metrics, ev, inflight=self.pipeline.drain())
           metrics["time/step"] = time.time() - t0
           metrics["throughput/tokens_per_s"] = float(batch.attn_mask_BxL.sum()) / max(
               metrics["time/step"], 1e-9)
@@ -175,6 +230,7 @@ class Trainer:
             print(f"SIGTERM: saved step {done} to {self.workdir}; exiting", flush=True)
             break
     finally:
+      self.pipeline.close()
       self.log.close()
       self.ckpt.close()
     self._finish(metrics, last, stopped=preempt.requested)

@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from rljax.checkpointing import RunCheckpointer
+from rljax.loop import pipeline
 
 
 class TrainingAborted(RuntimeError):
@@ -81,9 +82,10 @@ class Preemption:
 
 class RunCheckpoints:
   """Checkpoints of a run in `<workdir>/checkpoints` (`last`, keep-last-N, and `best`): the
-  train state, the data iterator's position, the sampler's sync state and, for a stale
-  sampler (`rollout.sync_every` > 1), its snapshot (it differs from the trainer's params
-  between syncs, so resuming without it would not be exact)."""
+  train state, the data iterator's position, the sampler's sync state, for a stale
+  sampler (`rollout.sync_every` > 1) its snapshot (it differs from the trainer's params
+  between syncs, so resuming without it would not be exact), and the rollout batches drawn
+  ahead of the learner (`rollout.lag` / `rollout.max_staleness` > 0)."""
 
   def __init__(self, workdir: str, ckpt_cfg, seed: int, batches, sync):
     self.workdir, self.seed, self.batches, self.sync = workdir, seed, batches, sync
@@ -97,34 +99,42 @@ class RunCheckpoints:
       tree["sampler"] = nnx.to_pure_dict(sampler_state)
     return tree
 
-  def save(self, step: int, state, metrics: dict, eval_metrics=None) -> None:
+  def save(self, step: int, state, metrics: dict, eval_metrics=None, inflight=()) -> None:
+    """`inflight`: the drawn batches not yet trained on (`RolloutPipeline.drain()`); the data
+    position saved is the one after them."""
     held = self.sync.held() if self.sync.every > 1 else None
+    tree, spec = pipeline.to_tree(list(inflight))
     meta = {"step": step, "seed": self.seed, "data": self.batches.get_state(),
-            "sampler_sync": self.sync.state_dict(),
+            "sampler_sync": self.sync.state_dict(), "inflight": spec,
             "metrics": {k: float(v) for k, v in metrics.items() if np.isscalar(v)
                         or getattr(v, "ndim", 1) == 0}}
     self.ckpt.save(step, self._tree(state, None if held is None else held[1]), meta,
-                   eval_metrics)
+                   eval_metrics, inflight=tree)
 
-  def restore(self, state, graphdef):
-    """(state, step) of the newest readable checkpoint, the data position and sampler put
-    back; (state, 0) when there is none."""
+  def restore(self, state, graphdef, place=None):
+    """(state, step, in-flight batches) of the newest readable checkpoint, the data position
+    and sampler put back; (state, 0, []) when there is none. `place(pure) -> pure` moves a
+    restored sampler snapshot onto the sampler's devices."""
     if self.ckpt.latest_step() is None:
-      return state, 0
+      return state, 0, []
     held = None
     if self.sync.every > 1:  # the snapshot's structure: a fresh copy of the trainer
       from rljax.rollout import make_sampler_params
       held = make_sampler_params(nnx.merge(graphdef, state.params), self.sync.copy,
                                  force_copy=True)
-    tree, meta = self.ckpt.restore(self._tree(state, None if held is None else held[1]))
+    target = lambda meta: pipeline.abstract_tree(meta.get("inflight", []))
+    tree, meta, inflight = self.ckpt.restore(
+        self._tree(state, None if held is None else held[1]), inflight=target)
     self.batches.set_state(meta["data"])
     self.sync.load_state_dict(meta["sampler_sync"])
     if held is not None:
-      nnx.replace_by_pure_dict(held[1], tree["sampler"])
+      nnx.replace_by_pure_dict(held[1], tree["sampler"] if place is None
+                               else place(tree["sampler"]))
       self.sync.restore_held(held)
     step = int(meta["step"])
     print(f"resumed from {self.workdir} at step {step}", flush=True)
-    return tree["train"], step
+    drawn = pipeline.from_tree(inflight, meta["inflight"]) if inflight else []
+    return tree["train"], step, drawn
 
   def latest_step(self) -> int | None:
     return self.ckpt.latest_step()

@@ -172,12 +172,15 @@ class SamplerSync:
   def due(self, step: int) -> bool:
     return self._held is None or step - self.last_sync_step >= self.every
 
-  def params(self, step: int, trainer):
-    """(graphdef, state) to sample with at trainer step `step` (syncs if due)."""
+  def params(self, step: int, trainer, private: bool = False):
+    """(graphdef, state) to sample with at trainer step `step` (syncs if due). `private`:
+    `trainer`'s arrays are already a copy of the trainer's own (e.g. on the sampler's
+    devices), so none is made to hold them."""
     if self.due(step):
       key = jax.random.fold_in(jax.random.key(self.copy.seed), self.num_syncs)
       # With every == 1 the trainer cannot move on before the next sync: share memory.
-      self._held = make_sampler_params(trainer, self.copy, key, force_copy=self.every > 1)
+      self._held = make_sampler_params(trainer, self.copy, key,
+                                       force_copy=self.every > 1 and not private)
       self.last_sync_step, self.num_syncs = int(step), self.num_syncs + 1
     return self._held
 
