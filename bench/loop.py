@@ -18,6 +18,12 @@ times the trainer logs to metrics.jsonl: time/rollout_and_reward (sampling + rew
 time/train (batch assembly + the jitted update), time/eval, time/step. Step 1 includes
 compilation and is reported apart; the table shows medians over steps 2..S. Writes
 bench/results/loop.json.
+
+`--placements` instead runs this tree's job twice on D host devices (`--devices`, default 2):
+colocated on all D (the on-policy loop), and disaggregated (the sampler on D/2 devices, the
+trainer on the rest, `rollout.max_staleness=1`: batch t + 1 drawn while batch t trains). Its
+table: the stage times, the learner's and the sampler's waits and the fraction of the update
+during which the sampler was drawing (`rollout/overlap`); bench/results/loop_placements.json.
 """
 from __future__ import annotations
 
@@ -39,13 +45,14 @@ from bench.common import report  # noqa: E402
 STAGES = ("time/rollout_and_reward", "time/train", "time/eval", "time/step")
 
 
-def run_trainer(src: str, config: str, steps: int, extra: list[str]) -> list[dict]:
+def run_trainer(src: str, config: str, steps: int, extra: list[str],
+                env_extra: dict | None = None) -> list[dict]:
   """Per-step metrics of one fresh run of rljax.train from the tree `src`."""
   work = tempfile.mkdtemp(prefix="bench_loop_")
   cmd = [sys.executable, "-m", "rljax.train", f"--config={os.path.join(src, config)}",
          f"--workdir={work}", f"--config.train.steps={steps}",
          "--config.log.plot=False", "--config.log.tensorboard=False"] + extra
-  env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1"}
+  env = {**os.environ, "PYTHONPATH": src, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
   t = time.time()
   # cwd = src: rljax and configs/ both come from the tree being timed.
   subprocess.run(cmd, check=True, env=env, cwd=src)
@@ -56,8 +63,43 @@ def run_trainer(src: str, config: str, steps: int, extra: list[str]) -> list[dic
   return rows
 
 
+PLACEMENT_KEYS = ("time/step", "time/rollout_and_reward", "time/train", "time/learner_wait",
+                  "time/sampler_wait", "rollout/overlap", "rollout/staleness",
+                  "throughput/tokens_per_s")
+
+
+def placements(a) -> None:
+  """Colocated (lag 0) vs disaggregated (max_staleness 1) on --devices host devices."""
+  env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={a.devices}"}
+  extra = [f"--config.{kv}" for kv in a.set]
+  arms = {"colocated": [],
+          "disaggregated": ["--config.rollout.placement=disaggregated",
+                            f"--config.rollout.num_devices={a.devices // 2}",
+                            "--config.rollout.max_staleness=1"]}
+  runs, loads, rows = {}, {}, []
+  for name, flags in arms.items():
+    loads[name] = il.load()
+    runs[name] = run_trainer(il.ROOT, a.config, a.steps, extra + flags, env)
+    later = runs[name][1:] or runs[name]
+    r = {"placement": name}
+    for k in PLACEMENT_KEYS:
+      vals = [m[k] for m in later if k in m]
+      r[k.split("/")[1]] = statistics.median(vals) if vals else None
+    rows.append(r)
+  report("loop_placements", ["placement"] + [k.split("/")[1] for k in PLACEMENT_KEYS], rows,
+         {"config": a.config, "steps": a.steps, "devices": a.devices, "overrides": a.set,
+          "loadavg_before": loads, "loadavg_after": il.load(),
+          "per_step": {k: [{s: m.get(s) for s in PLACEMENT_KEYS} for m in v]
+                       for k, v in runs.items()},
+          "note": "medians over steps 2..S; rollout/overlap: fraction of time/train during "
+                  "which the sampler was drawing the next batch"})
+
+
 def main():
   ap = argparse.ArgumentParser()
+  ap.add_argument("--placements", action="store_true",
+                  help="colocated vs disaggregated (max_staleness 1) of this tree")
+  ap.add_argument("--devices", type=int, default=2)
   ap.add_argument("--config", default="configs/cort_grpo.py:cpu")
   ap.add_argument("--steps", type=int, default=3)
   ap.add_argument("--baseline", default="main")
@@ -67,6 +109,8 @@ def main():
                   help="overrides for this tree only: bring a default that changed since BASE "
                        "back to BASE's value, so both trees run the same job")
   a = ap.parse_args()
+  if a.placements:
+    return placements(a)
   base = il.resolve_rev(subprocess.run(["git", "-C", il.ROOT, "merge-base", "HEAD", a.baseline],
                                        check=True, capture_output=True, text=True).stdout.strip())
   trees = {"new": il.ROOT, "base": il.baseline_tree(base)}

@@ -6,7 +6,11 @@ of the CoRT paper's tables (`PAPER_ROWS`, with the paper's numbers; experiments/
 study 6). `model.path` points at the
 public config.json shipped in configs/models/<model>/ (shapes only: enough for
 `python -m rljax.aot`); to train, point it at the weights:
-`--config.model.path=/data/Qwen3-4B`. Each setting names the slice it was compiled for
+`--config.model.path=/data/Qwen3-4B`. `placement=disaggregated` puts the sampler on half of
+the slice and the trainer on the other half, the sampler one policy version behind
+(`rollout.max_staleness=1`: it draws batch t + 1 while batch t trains); pair it with an
+off-policy correction (`objective=...` with TIS / MIS, configs/tis.py) for long runs.
+Each setting names the slice it was compiled for
 (`topology`, a `jax.experimental.topologies` name) with the mesh, remat, batch and
 gradient accumulation that fit there (experiments/README.md, "Pods: AOT compile").
 """
@@ -67,7 +71,8 @@ SETTINGS = {
 
 
 def get_config(arg=None):
-  a = parse_arg(arg, model="qwen3_4b", objective="grpo", cort=True, reward="csr")
+  a = parse_arg(arg, model="qwen3_4b", objective="grpo", cort=True, reward="csr",
+                placement="colocated")
   if a.model not in SETTINGS:
     raise ValueError(f"unknown pod model {a.model!r}; valid: {', '.join(SETTINGS)}")
   if (a.objective, True) not in OBJECTIVES:
@@ -92,4 +97,17 @@ def get_config(arg=None):
     c.objective.overlong_cache = c.rollout.max_new_tokens // 4
   c.optim.lr, c.optim.warmup_steps = 1e-6, 10
   c.checkpoint.every, c.eval.every, c.eval.num_prompts = 25, 25, 128
+  if a.placement == "disaggregated":
+    c.rollout.placement, c.rollout.num_devices = "disaggregated", chips(topology) // 2
+    c.rollout.max_staleness = 1
+  elif a.placement != "colocated":
+    raise ValueError(f"unknown pod placement {a.placement!r}; valid: colocated, disaggregated")
   return c
+
+
+def chips(topology: str) -> int:
+  """'v5p:2x2x2' -> 8."""
+  n = 1
+  for x in topology.split(":")[1].split("x"):
+    n *= int(x)
+  return n

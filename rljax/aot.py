@@ -82,8 +82,15 @@ def _memory(compiled) -> dict:
          "outputs": m.output_size_in_bytes, "aliased": m.alias_size_in_bytes,
          "code": m.generated_code_size_in_bytes}
   out["total"] = out["arguments"] + out["temps"] + out["outputs"] - out["aliased"]
-  # Pallas (Mosaic) kernels in the compiled program (splash / paged attention)
-  out["tpu_custom_calls"] = compiled.as_text().count('custom_call_target="tpu_custom_call"')
+  # Pallas (Mosaic) kernels in the compiled program (splash / paged attention); the program
+  # text is not always printable (libtpu 0.0.52 fails a RET_CHECK on some async
+  # instructions of compiled paper-size steps): then the count is left out, not the report
+  try:
+    out["tpu_custom_calls"] = compiled.as_text().count(
+        'custom_call_target="tpu_custom_call"')
+  except Exception as e:  # noqa: BLE001 - jax.errors.JaxRuntimeError
+    out["tpu_custom_calls"] = None
+    out["as_text_error"] = str(e).splitlines()[0][:200]
   return out
 
 
@@ -155,12 +162,14 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   from rljax.models import _abstract
   from rljax.loop import build_step_parts
 
+  from rljax.loop.placement import make_placement
   devices = topology_devices(topology)
   kind = devices[0].device_kind
   peak, hbm = CHIPS.get(kind, (float("nan"), 0))
   for w in validate_config(cfg, len(devices)):
     print("warning:", w, file=sys.stderr)
-  mesh = shd.make_mesh(tuple(cfg.mesh.shape), devices=devices)
+  place = make_placement(cfg, devices)  # rollout.placement: one mesh, or two disjoint ones
+  mesh = place.trainer_mesh
   mcfg = model_config(cfg) if model_cfg is None else model_cfg
   abstract = _abstract(mcfg, cfg.model.remat)
   remat = abstract.remat  # "none" | "dots" | "full", as the Decoder resolved it
@@ -174,6 +183,10 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
                 "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype", "attention")},
             "remat": remat, "programs": {}}
+  if place.disaggregated:
+    report["placement"] = {"sampler_chips": place.sampler_mesh.size,
+                           "sampler_mesh": dict(place.sampler_mesh.shape),
+                           "trainer_chips": mesh.size}
   d, r, t = cfg.data, cfg.rollout, cfg.train
   mu = 1 if step_cfg.fused_scoring else t.inner_epochs * t.num_minibatches
   report.update(updates_per_step=mu, grad_accum=t.grad_accum, rows=d.batch_size)
@@ -183,7 +196,7 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
   t0 = time.time()
   try:
-    _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
+    _compile_programs(report, cfg, mcfg, place, graphdef, abs_state, params, objective,
                       optimizer, step_cfg, sampler)
   except DoesNotFit as e:
     report.update(fits=False, error=str(e), peak_hbm_per_chip=None)
@@ -191,9 +204,11 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   return report
 
 
-def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, objective,
+def _compile_programs(report, cfg, mcfg, place, graphdef, abs_state, params, objective,
                       optimizer, step_cfg, sampler=True):
-  """The train program (report["programs"]["train_step"]) and the sampler's, and the peak."""
+  """The train program (report["programs"]["train_step"]) on the trainer's mesh and the
+  sampler's on its own (the same mesh when colocated), and the peak per chip."""
+  mesh = place.trainer_mesh
   import jax
   from rljax import sharding as shd
   from rljax.loop import batch_layout, needs_ref_params
@@ -221,14 +236,21 @@ def _compile_programs(report, cfg, mcfg, mesh, graphdef, abs_state, params, obje
       (compiled.cost_analysis() or {}).get("flops", 0.0))
   report["state_bytes_per_chip"] = _per_chip_bytes(state)
   report["opt_state_bytes_per_chip"] = _per_chip_bytes(state.opt_state)
+  s_mesh = place.sampler_mesh
   if sampler:
-    _compile_sampler(report, cfg, mcfg, mesh, graphdef, abs_state, params)
+    s_params = params if not place.disaggregated else _shaped(
+        params, shd.param_shardings(params, s_mesh))
+    _compile_sampler(report, cfg, mcfg, s_mesh, graphdef, abs_state, s_params)
   # peak per chip: the train program (state donated in place), or a sampler program plus
-  # the optimizer state that stays resident while it runs
-  opt = report["opt_state_bytes_per_chip"]
+  # the optimizer state that stays resident while it runs (colocated); disaggregated, the
+  # sampler's chips hold its programs alone
+  opt = 0 if place.disaggregated else report["opt_state_bytes_per_chip"]
   progs = report["programs"]
-  peak_bytes = max([progs["train_step"]["total"]] + [progs[k]["total"] + opt for k in
-                                                     ("prefill", "decode") if k in progs])
+  sampling = [progs[k]["total"] + opt for k in ("prefill", "decode") if k in progs]
+  peak_bytes = max([progs["train_step"]["total"]] + sampling)
+  if place.disaggregated:
+    report["placement"].update(peak_hbm_per_trainer_chip=progs["train_step"]["total"],
+                               peak_hbm_per_sampler_chip=max(sampling, default=None))
   hbm = report["hbm_per_chip"]
   report.update(peak_hbm_per_chip=peak_bytes, fits=bool(hbm) and peak_bytes <= hbm)
 
@@ -269,6 +291,10 @@ def format_report(rep: dict) -> str:
   lines = [f"{rep['topology']}: {rep['chips']} x {rep['chip']}, mesh {rep['mesh']}, "
            f"remat={rep['remat']}, {rep['rows']} rows, {rep['updates_per_step']} update(s) "
            f"per step, grad_accum {rep['grad_accum']}"]
+  pl = rep.get("placement")
+  if pl:
+    lines.append(f"  disaggregated: sampler on {pl['sampler_chips']} chips {pl['sampler_mesh']}, "
+                 f"trainer on {pl['trainer_chips']} chips {rep['mesh']}")
   for name, m in rep["programs"].items():
     lines.append(f"  {name:10s} per chip: arguments {gib(m['arguments'])}, temps "
                  f"{gib(m['temps'])}, outputs {gib(m['outputs'])}, aliased "
@@ -276,6 +302,9 @@ def format_report(rep: dict) -> str:
   if rep.get("error"):
     lines.append(f"  DOES NOT FIT in {gib(rep['hbm_per_chip'])} HBM per chip: {rep['error']}")
   else:
+    if pl and pl.get("peak_hbm_per_sampler_chip") is not None:
+      lines.append(f"  peak per trainer chip {gib(pl['peak_hbm_per_trainer_chip'])}, per "
+                   f"sampler chip {gib(pl['peak_hbm_per_sampler_chip'])}")
     lines.append(f"  peak per chip {gib(rep['peak_hbm_per_chip'])} of "
                  f"{gib(rep['hbm_per_chip'])} HBM: {'fits' if rep['fits'] else 'DOES NOT FIT'}")
   f = rep["flops"]

@@ -50,7 +50,38 @@ def plot_runs(run_dirs, out_dir: str) -> list[str]:
     rpaths.path(path).write_bytes(buf.getvalue())
     plt.close(fig)
     paths.append(path)
+  name, recs = runs[0]
+  if any("timeline/update_start" in r for r in recs):
+    paths.append(plot_timeline(recs, os.path.join(out_dir, "timeline.png"), title=name))
   return paths
+
+
+def plot_timeline(recs, path: str, title: str = "") -> str:
+  """The stages of each step on the wall clock: the sampler drawing each batch (the step that
+  trains on it is its label) and the learner's update, from the trainer's `timeline/*`
+  metrics. Bars of the two lanes that overlap in time ran at once."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(9, 2.4))
+  for r in recs:
+    if "timeline/collect_start" in r:
+      a, b = r["timeline/collect_start"], r["timeline/collect_end"]
+      ax.barh(1, b - a, left=a, color="tab:orange", edgecolor="k", linewidth=0.4)
+      ax.text(a, 1.3, str(r["step"]), fontsize=6)
+    if "timeline/update_start" in r:
+      a, b = r["timeline/update_start"], r["timeline/update_end"]
+      ax.barh(0, b - a, left=a, color="tab:blue", edgecolor="k", linewidth=0.4)
+      ax.text(a, 0.3, str(r["step"]), fontsize=6)
+  ax.set_yticks([0, 1], ["learner (update)", "sampler (collect)"])
+  ax.set_xlabel("seconds since the run started (the bar's label: the step it feeds)")
+  ax.set_title(f"stage timeline {title}".strip(), fontsize=9)
+  fig.tight_layout()
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=110)
+  rpaths.path(path).write_bytes(buf.getvalue())
+  plt.close(fig)
+  return path
 
 
 def token_heatmap(rows, path: str, *, vmin: float = 0.75, vmax: float = 1.25,

@@ -143,3 +143,24 @@ def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
                      "splash_mha_fwd_segmented_residuals"], kernels
   # per shard: one of the 4 rows per chip (the paged output is [B=1, H=8, 1, E])
   assert "f32[1,8,1,128]" in next(x for x in lines if "paged_attention" in x)
+
+
+def test_disaggregated_sampler_and_trainer_compile_on_disjoint_halves():
+  """rollout.placement=disaggregated: the sampler's programs on 2 chips, the step on the
+  other 2, each per-chip peak reported; the sampler's chips hold no optimizer state."""
+  from configs import cort_grpo
+  from rljax.aot import compile_run, format_report
+  cfg = cort_grpo.get_config("tiny")
+  cfg.rollout.placement, cfg.rollout.num_devices, cfg.rollout.max_staleness = (
+      "disaggregated", 2, 1)
+  rep = compile_run(cfg, "v5e:2x2")
+  pl = rep["placement"]
+  assert (pl["sampler_chips"], pl["trainer_chips"]) == (2, 2)
+  assert rep["mesh"] == {"data": 1, "fsdp": 2, "tensor": 1}
+  progs = rep["programs"]
+  assert pl["peak_hbm_per_trainer_chip"] == progs["train_step"]["total"]
+  assert pl["peak_hbm_per_sampler_chip"] == max(progs["prefill"]["total"],
+                                                progs["decode"]["total"])
+  assert pl["peak_hbm_per_sampler_chip"] < rep["opt_state_bytes_per_chip"] + \
+      progs["decode"]["total"]
+  assert rep["fits"] and "per sampler chip" in format_report(rep)

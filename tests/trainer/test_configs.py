@@ -80,6 +80,17 @@ BAD = [
     ({"objective.replay_mode": "each"}, "replay_mode.*valid: all, per_criterion"),
     ({"objective.transform_kwargs": {"cort": {"ramp_steps": 1.5}}}, "fraction of train.steps"),
     ({"train.max_consecutive_skips": -1}, "max_consecutive_skips"),
+    # placement and staleness
+    ({"rollout.placement": "remote"}, "placement.*valid: colocated, disaggregated"),
+    ({"rollout.max_staleness": 1}, "max_staleness: 1 needs rollout.placement=disaggregated"),
+    ({"rollout.placement": "disaggregated", "rollout.num_devices": 8},
+     "num_devices: 8: disaggregated needs 1 <= num_devices < the 8 devices"),
+    ({"rollout.placement": "disaggregated", "rollout.num_devices": 4, "rollout.lag": 1},
+     "lag: is the colocated schedule"),
+    ({"rollout.placement": "disaggregated", "rollout.num_devices": 2, "mesh.shape": (1, 8, 1)},
+     "does not match the 6 available devices .the trainer's, after rollout.num_devices"),
+    ({"rollout.lag": -1}, "rollout.lag: must be an int >= 0"),
+    ({"rollout.num_devices": 2}, "num_devices: and rollout.mesh_shape need rollout.placement"),
 ]
 
 

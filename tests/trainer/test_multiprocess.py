@@ -126,3 +126,34 @@ def test_two_processes_equal_one_and_resume_after_kill(tmp_path):
   # one writer: process 1 wrote no metrics line of its own (step 1 is logged once)
   steps = [json.loads(x)["step"] for x in open(os.path.join(two, "metrics.jsonl"))]
   assert steps.count(1) == 1 and set(steps) == {1, 2, 3}, steps
+
+
+DISAGG = ["--config.rollout.placement=disaggregated", "--config.rollout.num_devices=4",
+          "--config.rollout.mesh_shape=(2, 2, 1)", "--config.rollout.max_staleness=1"]
+
+
+def test_two_processes_disaggregated_equal_one(tmp_path):
+  """The sampler on 2 devices of each process (mesh (2, 2, 1): a params copy per process) and
+  the trainer on the other 2, one step stale, equals one process with those 4 + 4 devices.
+  Several processes run the two stages in turn (each on its own devices), one overlaps them."""
+  data, cache = str(tmp_path / "tfds"), str(tmp_path / "jit_cache")
+  one, two, log = str(tmp_path / "one"), str(tmp_path / "two"), str(tmp_path / "log")
+  single = subprocess.Popen(_cmd(one, data + "_single") + DISAGG, cwd=ROOT,
+                            env=_env(8, cache, 1, 0, _port()), stdout=open(log + ".single", "w"),
+                            stderr=subprocess.STDOUT)
+  port = _port()
+  pair = [subprocess.Popen(_cmd(two, data) + DISAGG, cwd=ROOT, env=_env(4, cache, 2, i, port),
+                           stdout=open(f"{log}.{i}", "w"), stderr=subprocess.STDOUT)
+          for i in range(2)]
+  for i, p in enumerate(pair):
+    assert p.wait(timeout=600) == 0, _tail(f"{log}.{i}")
+  assert single.wait(timeout=600) == 0, _tail(log + ".single")
+  assert "placement: sampler on 4 devices" in open(log + ".0").read()
+  for step in (1, STEPS):
+    d = _max_diff(_state(one, step), _state(two, step), "params")
+    print(f"step {step}: max |params 2 proc - 1 proc| = {d:.3g}")
+    assert d <= TOL, (step, d)
+  assert _max_diff(_state(one, 1), _state(one, STEPS), "params") > 5 * TOL
+  staleness = [json.loads(x)["rollout/staleness"] for x in open(os.path.join(two,
+                                                                               "metrics.jsonl"))]
+  assert staleness == [0.0, 1.0, 1.0], staleness
