@@ -21,7 +21,8 @@ bench/results/loop.json.
 
 `--placements` instead runs this tree's job twice on D host devices (`--devices`, default 2):
 colocated on all D (the on-policy loop), and disaggregated (the sampler on D/2 devices, the
-trainer on the rest, `rollout.max_staleness=1`: batch t + 1 drawn while batch t trains). Its
+trainer on the rest) with `rollout.max_staleness` 0 (the stages in turn) and 1 (batch t + 1
+drawn while batch t trains). Its
 table: the stage times, the learner's and the sampler's waits and the fraction of the update
 during which the sampler was drawing (`rollout/overlap`); bench/results/loop_placements.json.
 """
@@ -69,13 +70,13 @@ PLACEMENT_KEYS = ("time/step", "time/rollout_and_reward", "time/train", "time/le
 
 
 def placements(a) -> None:
-  """Colocated (lag 0) vs disaggregated (max_staleness 1) on --devices host devices."""
+  """Colocated (lag 0) vs disaggregated (max_staleness 0 and 1) on --devices host devices."""
   env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={a.devices}"}
   extra = [f"--config.{kv}" for kv in a.set]
-  arms = {"colocated": [],
-          "disaggregated": ["--config.rollout.placement=disaggregated",
-                            f"--config.rollout.num_devices={a.devices // 2}",
-                            "--config.rollout.max_staleness=1"]}
+  dis = ["--config.rollout.placement=disaggregated",
+         f"--config.rollout.num_devices={a.devices // 2}"]
+  arms = {"colocated": [], "disaggregated k=0": dis + ["--config.rollout.max_staleness=0"],
+          "disaggregated k=1": dis + ["--config.rollout.max_staleness=1"]}
   runs, loads, rows = {}, {}, []
   for name, flags in arms.items():
     loads[name] = il.load()

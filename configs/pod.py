@@ -70,6 +70,13 @@ SETTINGS = {
 }
 
 
+# placement=disaggregated: the sampler on half the slice, the trainer's mesh on the other
+# half. The trainer is data parallel over the hosts and fsdp within each: libtpu 0.0.52 aborts
+# compiling the step's all-reduces over a 4-chip fsdp axis spanning two hosts
+# ("rotated_pincer_emitter_base.cc: Check failed: get_loop_bound(color) == loop_bound").
+DISAGGREGATED = {"qwen3_4b": (2, -1, 1)}
+
+
 def get_config(arg=None):
   a = parse_arg(arg, model="qwen3_4b", objective="grpo", cort=True, reward="csr",
                 placement="colocated")
@@ -98,8 +105,12 @@ def get_config(arg=None):
   c.optim.lr, c.optim.warmup_steps = 1e-6, 10
   c.checkpoint.every, c.eval.every, c.eval.num_prompts = 25, 25, 128
   if a.placement == "disaggregated":
+    if a.model not in DISAGGREGATED:
+      raise ValueError(f"placement=disaggregated has a compiled setting for "
+                       f"{', '.join(DISAGGREGATED)} only, not {a.model!r}")
     c.rollout.placement, c.rollout.num_devices = "disaggregated", chips(topology) // 2
     c.rollout.max_staleness = 1
+    c.mesh.shape = DISAGGREGATED[a.model]
   elif a.placement != "colocated":
     raise ValueError(f"unknown pod placement {a.placement!r}; valid: colocated, disaggregated")
   return c

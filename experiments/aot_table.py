@@ -16,6 +16,10 @@ def row(rep: dict) -> str:
   p = {k: p.get(k, {"total": None}) for k in ("train_step", "prefill", "decode")}
   name = f"{m['model_type']} L{m['num_layers']} D{m['hidden_size']}"
   mesh = "x".join(str(v) for v in rep["mesh"].values())
+  pl = rep.get("placement")
+  if pl:  # rollout.placement=disaggregated: two meshes on disjoint chips
+    mesh = (f"trainer {mesh} on {pl['trainer_chips']} chips + sampler "
+            f"{'x'.join(str(v) for v in pl['sampler_mesh'].values())} on {pl['sampler_chips']}")
   fits = ("yes" if rep["fits"] else "**no**: XLA compile-time HBM OOM" if rep.get("error")
           else "**no**")
   mu = f"{rep.get('updates_per_step', 1)} / {rep.get('grad_accum', '-')}"

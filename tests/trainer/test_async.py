@@ -31,8 +31,8 @@ from rljax.trainer import Trainer  # noqa: E402
 from tests.trainer.helpers import compile_cache_env  # noqa: E402
 
 
-def _run(tmp_path, name, steps, devices=8, **over):
-  cfg = load_config_module(os.path.join(ROOT, "configs", "cort_grpo.py")).get_config("tiny")
+def _run(tmp_path, name, steps, devices=8, config="cort_grpo", **over):
+  cfg = load_config_module(os.path.join(ROOT, "configs", f"{config}.py")).get_config("tiny")
   cfg.data.data_dir = str(tmp_path / "tfds")
   cfg.eval.num_prompts, cfg.train.steps, cfg.log.plot = 0, steps, False
   cfg.log.tensorboard, cfg.checkpoint.every = False, 0
@@ -130,6 +130,19 @@ def test_disaggregated_k1_equals_colocated_lag1(tmp_path):
   for x, y in zip(jax.tree.leaves(_saved_params(wd, 4)), jax.tree.leaves(dis.state.params),
                   strict=True):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("config", ["tis", "sc"])
+def test_staleness_is_the_mismatch_the_corrections_see(tmp_path, config):
+  """TIS / Score Centering with copy none: at k = 1 the sampler's q (version t - 1) differs
+  from the trainer's p, at k = 0 they agree to float noise."""
+  kl = {}
+  for k in (0, 1):
+    _, _, m = _run(tmp_path, f"k{k}", 2, config=config, copy="none", max_staleness=k,
+                   **DISAGG)
+    kl[k] = [x["mismatch/kl_q_p"] for x in m]
+  assert max(abs(x) for x in kl[0]) <= 1e-6, kl
+  assert kl[1][0] <= 1e-6 and kl[1][1] > 1e-4, kl
 
 
 def test_pipeline_versions_and_resume():
