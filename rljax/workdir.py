@@ -18,16 +18,20 @@ from typing import Any
 # Keys that may change between the runs of one workdir (budget, logging, placement).
 MAY_CHANGE = ("workdir", "train.steps", "checkpoint.", "eval.", "log.", "mesh.",
               "data.data_dir", "reward.num_threads", "model.remat", "train.logprob_chunk",
-              "train.grad_accum")
+              "train.grad_accum", "rollout.placement", "rollout.num_devices",
+              "rollout.mesh_shape")
 # Keys that define the run: shapes, objective, data. Anything not listed here or in
 # MAY_CHANGE (optimizer hyper-parameters, ...) may change too, with a warning.
 IDENTITY = ("seed", "model.", "data.", "objective.", "reward.", "rollout.num_generations",
             "rollout.max_new_tokens", "rollout.record_topk", "rollout.copy",
+            "rollout.lag", "rollout.max_staleness",  # which policy version each batch is from
             "train.ref_model", "train.inner_epochs", "train.num_minibatches")
 
 
 # Keys the config no longer has: a saved config.json that still holds them is the same run.
 REMOVED = ("objective.teacher",)
+# Keys added since: a saved config.json without them ran with these values.
+ADDED = {"rollout.lag": 0, "rollout.max_staleness": 0}
 
 
 class WorkdirError(ValueError):
@@ -67,7 +71,7 @@ def check_compatible(cfg, workdir: str) -> list[str]:
     return []  # nothing to protect: a run that stopped before its first metrics or checkpoint
   try:
     with open(path, encoding="utf-8") as f:
-      saved = _flat(json.load(f))
+      saved = {**ADDED, **_flat(json.load(f))}
   except (ValueError, UnicodeDecodeError) as e:
     raise WorkdirError(f"{path}: unreadable saved config ({e}); use a new --workdir, e.g. "
                        f"{fresh_name(workdir)}") from e

@@ -177,3 +177,14 @@ def test_workdir_guard_protects_results_only(tmp_path):
   old["objective"]["teacher"] = ""  # written by an earlier version of the config
   (wd / "config.json").write_text(json.dumps(old))
   assert check_compatible(cfg, str(wd)) == []
+  # a config.json from before rollout.lag / max_staleness existed ran on-policy: the same run;
+  # another staleness is another run; another placement is the same run on other devices
+  for k in ("lag", "max_staleness", "placement", "num_devices", "mesh_shape"):
+    del old["rollout"][k]
+  (wd / "config.json").write_text(json.dumps(old))
+  assert check_compatible(cfg, str(wd)) == []
+  cfg.rollout.lag = 1
+  with pytest.raises(WorkdirError, match="rollout.lag: 0 -> 1"):
+    check_compatible(cfg, str(wd))
+  cfg.rollout.lag, cfg.rollout.placement, cfg.rollout.num_devices = 0, "disaggregated", 4
+  assert check_compatible(cfg, str(wd)) == []  # like mesh.shape: no warning either
