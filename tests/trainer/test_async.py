@@ -137,11 +137,11 @@ def test_staleness_is_the_mismatch_the_corrections_see(tmp_path, config):
   """TIS / Score Centering with copy none: at k = 1 the sampler's q (version t - 1) differs
   from the trainer's p, at k = 0 they agree to float noise."""
   kl = {}
-  for k in (0, 1):
+  for k in ((0, 1) if config == "tis" else (1,)):  # k = 0 once: the same sampler and trainer
     _, _, m = _run(tmp_path, f"k{k}", 2, config=config, copy="none", max_staleness=k,
                    **DISAGG)
     kl[k] = [x["mismatch/kl_q_p"] for x in m]
-  assert max(abs(x) for x in kl[0]) <= 1e-6, kl
+  assert max(abs(x) for x in kl.get(0, [0.0])) <= 1e-6, kl
   assert kl[1][0] <= 1e-6 and kl[1][1] > 1e-4, kl
 
 
