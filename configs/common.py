@@ -89,11 +89,13 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # exactly without mismatch, but log p = -inf where the supports differ); default: the full
   # distribution at the sampler's temperature, so the truncation is part of the mismatch.
   # inner_epochs × num_minibatches PPO updates per rollout batch (mini-batches of whole
-  # groups); max_consecutive_skips: abort (after saving) when that many updates in a row were
+  # groups); max_collapsed_steps: abort when that many steps in a row had a gradient of exactly
+  # 0 although their advantages were not (a collapsed policy; 0 = never);
+  # max_consecutive_skips: abort (after saving) when that many updates in a row were
   # skipped for a non-finite loss / gradient (0 = never).
   c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=4, grad_accum=1,
                                 logprob_chunk=256, ref_model=False, truncate_logprobs=False,
-                                max_consecutive_skips=3))
+                                max_consecutive_skips=3, max_collapsed_steps=3))
   # async_save: orbax writes in the background; the next save and the exit wait for it
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict",
                                      async_save=True))

@@ -194,6 +194,8 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         f"each mini-batch of {mb_rows} rows must split over {data_par} data-parallel devices")
   _need(isinstance(t.max_consecutive_skips, int) and t.max_consecutive_skips >= 0,
         "train.max_consecutive_skips", "must be an int >= 0 (0 = never abort)")
+  _need(isinstance(t.max_collapsed_steps, int) and t.max_collapsed_steps >= 0,
+        "train.max_collapsed_steps", "must be an int >= 0 (0 = never abort)")
   _need(o.replay_policy in REPLAY_POLICIES, "objective.replay_policy",
         f"{o.replay_policy!r}; valid: {', '.join(REPLAY_POLICIES)}")
   _need(o.replay_mode in REPLAY_MODES, "objective.replay_mode",

@@ -31,7 +31,7 @@ from rljax import distributed as dist
 from rljax import paths
 from rljax import sharding as shd
 from rljax.config_check import sampler_config, validate_config
-from rljax.loop import (Collector, Evaluator, Keys, Preemption, PromptEncoder, RunCheckpoints,
+from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, PromptEncoder, RunCheckpoints,
                         SkipGuard, TrainingAborted, assemble, build_data, build_model,
                         build_step_parts, collect, layout_of, needs_ref_params, print_baseline,
                         rollout_metrics, token_weight_heatmap, update_metrics)
@@ -104,6 +104,7 @@ class Trainer:
     self.ckpt = RunCheckpoints(self.workdir, cfg.checkpoint, cfg.seed, self.data.batches,
                                self.sync)
     self.skips = SkipGuard(cfg.train.max_consecutive_skips)
+    self.collapse = CollapseGuard(cfg.train.max_collapsed_steps)
     self._updates: dict = {}  # one jitted update per batch layout (prompt buckets)
 
   # ------------------------------------------------------------------------- stages
@@ -213,6 +214,9 @@ class Trainer:
           last, done = (batch, roll), step + 1
           preempt.requested = dist.any_process(preempt.requested)  # all stop at one step
           self.check_skips(done, metrics)
+          if self.collapse.check(done, metrics, batch):  # nothing saved: the state is dead
+            raise TrainingAborted(self.collapse.message(
+                done, metrics, cfg.optim.lr, self.model.cfg.vocab_size, self.workdir))
           ev = None
           if (cfg.eval.every and done % cfg.eval.every == 0) or done == cfg.train.steps:
             self.pipeline.drain()  # the reward functions and devices to the eval alone

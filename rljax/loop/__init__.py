@@ -18,12 +18,13 @@ from rljax.loop.evaluate import Evaluator, print_baseline, token_weight_heatmap
 from rljax.loop.metrics import rollout_metrics, update_metrics
 from rljax.loop.prompts import (PromptEncoder, Prompts, bucket_len, left_pad, left_pad_to,
                                 trim_left)
-from rljax.loop.run_state import Keys, Preemption, RunCheckpoints, SkipGuard, TrainingAborted
+from rljax.loop.run_state import (CollapseGuard, Keys, Preemption, RunCheckpoints, SkipGuard,
+                                  TrainingAborted)
 
 __all__ = ["assemble", "BatchLayout", "TrainBatch", "layout_of", "Model", "RunData",
            "batch_layout", "build_data", "build_model", "build_step_parts", "needs_ref_params",
            "Collector", "Rollouts", "collect", "common_prompt_lens", "numeric_rows", "refill",
            "Evaluator", "print_baseline", "token_weight_heatmap", "rollout_metrics",
            "update_metrics", "PromptEncoder", "Prompts", "bucket_len", "left_pad",
-           "left_pad_to", "trim_left", "Keys", "Preemption", "RunCheckpoints", "SkipGuard",
+           "left_pad_to", "trim_left", "CollapseGuard", "Keys", "Preemption", "RunCheckpoints", "SkipGuard",
            "TrainingAborted"]

@@ -66,6 +66,42 @@ class SkipGuard:
             f"The last good state is saved in {workdir}/checkpoints")
 
 
+class CollapseGuard:
+  """Counts steps in a row whose gradient was exactly 0 although the batch had signal (a
+  non-zero advantage on a row in the loss): a policy that can no longer move, e.g. uniform
+  logits after a far too large learning rate. `check` says when `train.max_collapsed_steps`
+  is reached (0: never). A batch without signal (every group's rewards equal) is not counted
+  and does not end a run of collapsed steps."""
+
+  def __init__(self, limit: int):
+    self.limit, self.consecutive, self.first = int(limit), 0, None
+
+  def check(self, step: int, metrics: dict, batch) -> bool:
+    rows = np.asarray(batch.mask_BxN).sum(-1) > 0
+    signal = bool(np.any(np.asarray(batch.adv_B)[rows] != 0))
+    if not signal:
+      return False
+    dead = metrics.get("actor/grad_norm", 1.0) == 0.0 and not metrics.get(
+        "actor/update_skipped", 0.0)
+    if dead:
+      self.consecutive += 1
+      self.first = step if self.first is None else self.first
+    else:
+      self.consecutive, self.first = 0, None
+    metrics["actor/collapsed_steps"] = float(self.consecutive)
+    return bool(self.limit) and self.consecutive >= self.limit
+
+  def message(self, step: int, metrics: dict, lr: float, vocab: int, workdir: str) -> str:
+    ent = metrics.get("actor/entropy")
+    ent = (f"; entropy {ent:.3f} nats, ln(vocab) = {np.log(vocab):.3f}"
+           if ent is not None else "")
+    return (f"aborting at step {step}: the policy collapsed: the gradient was exactly 0 for "
+            f"{self.consecutive} steps in a row (from step {self.first}) although the "
+            f"advantages were not{ent} (limit train.max_collapsed_steps={self.limit}). "
+            f"Lower the learning rate (optim.lr={lr}); the checkpoints in {workdir}/checkpoints "
+            f"from step {self.first} on hold the collapsed policy")
+
+
 class Preemption:
   """SIGTERM (TPU preemption) sets `requested`; the loop saves at the end of the step."""
 

@@ -107,3 +107,31 @@ def test_the_assembled_batch_has_the_layout_aot_compiles(tmp_path):
     assert dtype == arrays[k].dtype and shape[0] == arrays[k].shape[0], k
     assert shape[-1] >= arrays[k].shape[-1], k  # bucketed prompts are at most the maxima
   assert layout_of(batch).prompt_len <= tr.cfg.data.max_prompt_len
+
+
+def test_a_collapsed_policy_stops_the_run(tmp_path):
+  """optim.lr=1e3 on :tiny: from step 2 the logits are uniform (entropy = ln vocab) and the
+  gradient is exactly 0 although the advantages are not; the run stops at step 4 with a
+  message naming the collapse instead of training a dead model to the end."""
+  tr = _trainer(tmp_path, "cort_grpo", **{"optim.lr": 1e3, "train.steps": 8,
+                                          "checkpoint.every": 0, "log.plot": False})
+  with pytest.raises(TrainingAborted, match=r"aborting at step 4: the policy collapsed: the "
+                     r"gradient was exactly 0 for 3 steps in a row \(from step 2\).*entropy "
+                     r"10\.80\d nats, ln\(vocab\) = 10\.80\d.*max_collapsed_steps=3.*optim.lr"):
+    tr.run()
+
+
+def test_collapse_guard_counts_only_batches_with_signal():
+  from types import SimpleNamespace
+  from rljax.loop import CollapseGuard
+  g = CollapseGuard(2)
+  batch = lambda adv: SimpleNamespace(mask_BxN=np.ones((2, 3)), adv_B=np.asarray(adv))
+  zero = {"actor/grad_norm": 0.0}
+  assert not g.check(1, dict(zero), batch([0.5, -0.5]))
+  assert not g.check(2, dict(zero), batch([0.0, 0.0]))  # equal rewards: no signal, no count
+  assert not g.check(3, {"actor/grad_norm": 0.1}, batch([0.5, -0.5]))  # moved: reset
+  assert not g.check(4, dict(zero), batch([0.5, -0.5]))
+  m = dict(zero)
+  assert g.check(5, m, batch([0.5, -0.5])) and m["actor/collapsed_steps"] == 2
+  assert g.first == 4
+  assert not CollapseGuard(0).check(1, dict(zero), batch([1.0, -1.0]))  # 0: never
