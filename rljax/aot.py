@@ -315,31 +315,32 @@ def format_report(rep: dict) -> str:
   return "\n".join(lines)
 
 
-def main(argv):
-  del argv
-  from absl import app, flags
-  sys.path.insert(0, os.getcwd())  # `configs/` next to the checkout
-  cfg = _CONFIG.value
-  topology = _TOPOLOGY.value or cfg.get("topology")
+def main(argv=None) -> int:
+  """`python -m rljax.aot --config FILE[:ARG] [--config.a.b=v ...] [--topology T] [--out F]`"""
+  from rljax import cli
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host runs nothing; TPU only compiles
+  ap = cli.parser("python -m rljax.aot", __doc__, config=True)
+  ap.add_argument("--topology", default=None,
+                  help="TPU topology, e.g. v5p:2x2x2 (default: the config's `topology`)")
+  ap.add_argument("--out", default=None, help="write the report as JSON here")
+  args, cfg = cli.parse_with_config(ap, argv)
+  cli.set_verbosity(args.verbosity)
+  topology = args.topology or cfg.get("topology")
   if not topology:
-    raise app.UsageError("--topology is required (the config names none), e.g. v5p:2x2x2")
-  rep = compile_run(cfg, topology)
-  rep["config"] = flags.FLAGS["config"].config_filename if hasattr(
-      flags.FLAGS["config"], "config_filename") else None
+    ap.exit(2, f"{ap.prog}: error: --topology is required (the config names none), "
+               "e.g. v5p:2x2x2\n")
+  try:
+    rep = compile_run(cfg, topology)
+  except ImportError as e:  # no libtpu wheel
+    ap.exit(2, f"{ap.prog}: error: {e}\n")
+  rep["config"] = args.config
   print(format_report(rep))
-  if _OUT.value:
-    os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
-    with open(_OUT.value, "w") as fh:
+  if args.out:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as fh:
       json.dump(rep, fh, indent=2, default=str)
+  return 0
 
 
 if __name__ == "__main__":
-  from absl import app, flags
-  from ml_collections import config_flags
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host runs nothing; TPU only compiles
-  _CONFIG = config_flags.DEFINE_config_file("config", None, "config file[:arg]")
-  _TOPOLOGY = flags.DEFINE_string("topology", None,
-                                  "TPU topology, e.g. v5p:2x2x2 (default: the config's)")
-  _OUT = flags.DEFINE_string("out", None, "write the report as JSON here")
-  flags.mark_flag_as_required("config")
-  app.run(main)
+  sys.exit(main())

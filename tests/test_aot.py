@@ -164,3 +164,21 @@ def test_disaggregated_sampler_and_trainer_compile_on_disjoint_halves():
   assert pl["peak_hbm_per_sampler_chip"] < rep["opt_state_bytes_per_chip"] + \
       progs["decode"]["total"]
   assert rep["fits"] and "per sampler chip" in format_report(rep)
+
+
+def test_aot_cli_is_the_shared_cli(capsys):
+  """`python -m rljax.aot` takes the same flags as rljax.train: --help exits 0 and lists the
+  config's keys; a missing topology is one line."""
+  from rljax import aot
+  with pytest.raises(SystemExit) as e:
+    aot.main(["--config", "configs/cort_grpo.py:tiny", "--help"])
+  assert e.value.code == 0
+  out = capsys.readouterr().out
+  assert "--topology" in out and "rollout.placement = 'colocated'" in out
+  with pytest.raises(SystemExit) as e:
+    aot.main(["--config", "configs/cort_grpo.py:tiny", "--config.rollout.max_staleness=1",
+              "--print_config"])
+  assert e.value.code == 0 and "max_staleness: 1" in capsys.readouterr().out
+  with pytest.raises(SystemExit) as e:
+    aot.main(["--config", "configs/cort_grpo.py:tiny"])
+  assert e.value.code == 2 and "--topology is required" in capsys.readouterr().err

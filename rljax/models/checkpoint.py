@@ -341,7 +341,11 @@ def export_safetensors(params: Mapping, cfg: ModelConfig, out_dir: str) -> str:
     stacked = np.asarray(params["layers"][name], np.float32)
     for i in range(cfg.num_layers):
       tensors[f"model.layers.{i}.{suffix}"] = np.ascontiguousarray(to_hf(stacked[i], cfg))
-  save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+  path = os.path.join(out_dir, "model.safetensors")
+  save_file(tensors, path, metadata={"format": "pt"})
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(path, 0o666 & ~umask)  # save_file leaves its temp file's 0600: readable like the rest
   with open(os.path.join(out_dir, "config.json"), "w") as f:
     json.dump(config_to_hf_dict(cfg), f, indent=2)
   return out_dir

@@ -115,6 +115,8 @@ def test_export_round_trip_through_transformers(jsonl_run):
   out = export_run(wd, str(tmp / "hf"))
   for f in ("model.safetensors", "config.json", "tokenizer.json"):
     assert os.path.exists(os.path.join(out, f)), f
+  mode = lambda f: os.stat(os.path.join(out, f)).st_mode & 0o777
+  assert mode("model.safetensors") == mode("config.json")  # not save_file's 0600
   tok = transformers.AutoTokenizer.from_pretrained(out)
   hf = transformers.AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
   ids = tok(["name a fruit"], return_tensors="pt")["input_ids"]
