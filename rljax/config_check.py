@@ -223,4 +223,9 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
     _need("uses_is_weight" not in tags, "train.inner_epochs",
           f"loss {o.loss!r} is REINFORCE-style (one update per rollout batch); use "
           "inner_epochs = num_minibatches = 1")
-  return list(warns or []) + [str(w.message) for w in caught]
+  notes = []
+  if cfg.model.tiny and cfg.model.path != "smollm2":
+    notes.append(f"model.tiny: training a random {cfg.model.tiny_config.num_layers}-layer model "
+                 f"with {cfg.model.path}'s tokenizer; the weights in {cfg.model.path} are not "
+                 "loaded (drop :tiny, i.e. model.tiny=False, to train them)")
+  return list(warns or []) + [str(w.message) for w in caught] + notes

@@ -143,8 +143,16 @@ class RljaxIfevalJsonl(_Builder):
 
 
 def _prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
-  builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+  """Builds the dataset once. TFDS prints "Downloading and preparing dataset Unknown size
+  ..." and "... downloaded and prepared" to stdout itself: shown only at `--verbosity info`
+  or lower, like its logging."""
+  import contextlib
+  import logging
+  quiet = logging.getLogger("tensorflow_datasets").getEffectiveLevel() > logging.INFO
+  with open(os.devnull, "w") as null, (contextlib.redirect_stdout(null) if quiet
+                                       else contextlib.nullcontext()):
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
   return builder
 
 

@@ -188,3 +188,11 @@ def test_workdir_guard_protects_results_only(tmp_path):
     check_compatible(cfg, str(wd))
   cfg.rollout.lag, cfg.rollout.placement, cfg.rollout.num_devices = 0, "disaggregated", 4
   assert check_compatible(cfg, str(wd)) == []  # like mesh.shape: no warning either
+
+
+def test_tiny_with_a_model_path_says_the_weights_are_not_loaded():
+  cfg = load_config_module(os.path.join(ROOT, "configs", "cort_grpo.py")).get_config("tiny")
+  assert not any("not loaded" in w for w in validate_config(cfg, num_devices=8))
+  cfg.model.path = os.path.join(ROOT, "configs", "models", "qwen3_4b")
+  warns = validate_config(cfg, num_devices=8)
+  assert any("random 2-layer model" in w and "are not loaded" in w for w in warns), warns

@@ -53,8 +53,10 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path, sync_every):
   data = str(tmp_path / "tfds")
   full = str(tmp_path / "full")
   env = _env(tmp_path / "jit_cache")
-  subprocess.run(_cmd(full, data, sync_every=sync_every), cwd=ROOT, env=env, check=True,
-                 capture_output=True, timeout=600)
+  first = subprocess.run(_cmd(full, data, sync_every=sync_every), cwd=ROOT, env=env,
+                         check=True, capture_output=True, text=True, timeout=600)
+  # a fresh run builds its dataset quietly at the default verbosity (TFDS prints otherwise)
+  assert "Downloading and preparing" not in first.stdout + first.stderr, first.stdout[:2000]
   killed = str(tmp_path / "killed")
   proc = subprocess.Popen(_cmd(killed, data, sync_every=sync_every), cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
