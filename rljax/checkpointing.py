@@ -35,8 +35,13 @@ class RunCheckpointer:
     directory = epath.Path(directory if paths.is_remote(directory)
                            else os.path.abspath(directory))
     self.best_metric, self.async_save = best_metric, async_save
+    # each manager its own barrier names: `last` and `best` save the same step concurrently,
+    # and with a shared prefix their `_async_write_complete.<step>` barriers collide on
+    # several processes ("Barrier ... is already ongoing"; one process dies, the other hangs)
+    mp = lambda name: ocp.options.MultiprocessingOptions(barrier_sync_key_prefix=name)
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                        enable_async_checkpointing=async_save)
+                                        enable_async_checkpointing=async_save,
+                                        multiprocessing_options=mp("last"))
     self.last = ocp.CheckpointManager(directory / "last", options=opts,
                                       item_names=ITEMS)
     self.best = None
@@ -44,7 +49,7 @@ class RunCheckpointer:
       best_opts = ocp.CheckpointManagerOptions(
           max_to_keep=1, create=True, enable_async_checkpointing=async_save,
           best_fn=lambda m: float(m.get(best_metric, float("-inf"))), best_mode="max",
-          keep_checkpoints_without_metrics=False)
+          keep_checkpoints_without_metrics=False, multiprocessing_options=mp("best"))
       self.best = ocp.CheckpointManager(directory / "best", options=best_opts,
                                         item_names=ITEMS)
 

@@ -129,13 +129,16 @@ def test_two_processes_equal_one_and_resume_after_kill(tmp_path):
 
 
 DISAGG = ["--config.rollout.placement=disaggregated", "--config.rollout.num_devices=4",
-          "--config.rollout.mesh_shape=(2, 2, 1)", "--config.rollout.max_staleness=1"]
+          "--config.rollout.mesh_shape=(2, 2, 1)", "--config.rollout.max_staleness=1",
+          "--config.eval.num_prompts=8", "--config.eval.every=1"]
 
 
 def test_two_processes_disaggregated_equal_one(tmp_path):
   """The sampler on 2 devices of each process (mesh (2, 2, 1): a params copy per process) and
   the trainer on the other 2, one step stale, equals one process with those 4 + 4 devices.
-  Several processes run the two stages in turn (each on its own devices), one overlaps them."""
+  Several processes run the two stages in turn (each on its own devices), one overlaps them.
+  A held-out eval every step makes `last` and `best` save the same steps, asynchronously:
+  with one barrier namespace for both, 1 of 4 two-process runs hung there (measured)."""
   data, cache = str(tmp_path / "tfds"), str(tmp_path / "jit_cache")
   one, two, log = str(tmp_path / "one"), str(tmp_path / "two"), str(tmp_path / "log")
   single = subprocess.Popen(_cmd(one, data + "_single") + DISAGG, cwd=ROOT,
@@ -157,3 +160,4 @@ def test_two_processes_disaggregated_equal_one(tmp_path):
   staleness = [json.loads(x)["rollout/staleness"] for x in open(os.path.join(two,
                                                                                "metrics.jsonl"))]
   assert staleness == [0.0, 1.0, 1.0], staleness
+  assert os.listdir(os.path.join(two, "checkpoints", "best")), "no best checkpoint saved"
