@@ -3,7 +3,7 @@
     python bench/loop.py [--config configs/cort_grpo.py:cpu] [--steps 3] [--baseline main]
                          [--order base,new] [--set train.steps=3 ...] [--set-new k=v ...]
 
-The issue-13 comparison (the main job as it was at 6eb343d: configs/cort_grpo.py's
+The comparison against 6eb343d (the main job as it was at 6eb343d: configs/cort_grpo.py's
 defaults then, 16 prompts x G=4, x+ padded to 160, 48 new tokens, mu = 1, no eval):
 
     python bench/loop.py --config configs/cort_grpo.py --baseline 6eb343d --steps 3 \
