@@ -96,8 +96,9 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         "directory with config.json + *.safetensors, a .gguf file, or 'smollm2')")
   # placement: the trainer's mesh covers the devices the sampler does not take
   r = cfg.rollout
-  _need(r.placement in ("colocated", "disaggregated"), "rollout.placement",
-        f"{r.placement!r}; valid: colocated, disaggregated")
+  from rljax.loop.placement import PLACEMENTS
+  _need(r.placement in PLACEMENTS, "rollout.placement",
+        f"{r.placement!r}; valid: {', '.join(PLACEMENTS)}")
   for key in ("max_staleness", "lag", "num_devices"):
     _need(isinstance(r[key], int) and r[key] >= 0, f"rollout.{key}",
           f"must be an int >= 0, got {r[key]!r}")

@@ -36,7 +36,6 @@ class Drawn:
   batch: int                       # the step it is trained at
   version: int                     # the policy version it was sampled from
   roll: Rollouts | None = None
-  launched: float = 0.0            # wall clock (time.time())
   start: float | None = None       # the collect's start and end, set where it runs
   end: float | None = None
 
@@ -60,7 +59,7 @@ class RolloutPipeline:
     self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sampler")
                   if overlap else None)
     self.history: list[Drawn] = []   # every batch handed out (for the timeline)
-    self.clock0 = time.time()
+    self.clock0 = time.time()         # reset by `start`: the timeline's zero
 
   def start(self, step: int, restored: list[Drawn] = ()) -> None:
     """Begins (or resumes) at `step`, with the batches `drain` returned before a checkpoint."""
@@ -82,7 +81,7 @@ class RolloutPipeline:
     if self._next <= step + self.lag:
       sampler, version = self.sampler_for(step)
       while self._next <= step + self.lag:
-        d = Drawn(batch=self._next, version=int(version), launched=time.time())
+        d = Drawn(batch=self._next, version=int(version))
         fut = self._pool.submit(self._run, d, sampler) if self._pool else None
         if fut is None:
           self._run(d, sampler)

@@ -55,11 +55,6 @@ def split_devices(num_sampler: int, devices=None):
   return sampler, trainer
 
 
-def sampler_mesh_shape(shape, num_processes: int):
-  """`rollout.mesh_shape` or the default (processes, -1, 1)."""
-  return tuple(shape) if shape else (num_processes, -1, 1)
-
-
 def make_placement(cfg, devices=None) -> Placement:
   """The meshes of `cfg.rollout.placement` over `devices` (default: all)."""
   r = cfg.rollout
@@ -68,7 +63,8 @@ def make_placement(cfg, devices=None) -> Placement:
     return Placement(mesh, mesh)
   sampler, trainer = split_devices(int(r.num_devices), devices)
   n_proc = len({d.process_index for d in sampler})
-  s_mesh = shd.make_mesh(sampler_mesh_shape(r.mesh_shape, n_proc), devices=sampler)
+  shape = tuple(r.mesh_shape) or (n_proc, -1, 1)  # default: a params copy per process
+  s_mesh = shd.make_mesh(shape, devices=sampler)
   if s_mesh.shape["data"] % n_proc:
     raise ValueError(f"rollout.mesh_shape={tuple(s_mesh.devices.shape)}: its data axis must "
                      f"be a multiple of the {n_proc} processes (the sampler keeps a full "
@@ -135,5 +131,5 @@ def describe(placement: Placement) -> str:
           f"trainer on {placement.trainer_mesh.size} {dict(placement.trainer_mesh.shape)}")
 
 
-__all__ = ["PLACEMENTS", "Placement", "split_devices", "sampler_mesh_shape", "make_placement",
+__all__ = ["PLACEMENTS", "Placement", "split_devices", "make_placement",
            "to_sampler", "sampler_model", "describe"]
