@@ -14,9 +14,11 @@ the chip's capacity, the FLOPs of one RL step (counted analytically: XLA's
 cost_analysis counts a scanned layer once) and its time at the chip's peak.
 `--out FILE.json` writes the report. Topology names are those
 `jax.experimental.topologies.get_topology_desc` takes ("v5e:2x2", "v5p:2x2x2").
+`--num_layers N` compiles the same programs with the first N layers only (a quick check).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -291,6 +293,10 @@ def format_report(rep: dict) -> str:
   lines = [f"{rep['topology']}: {rep['chips']} x {rep['chip']}, mesh {rep['mesh']}, "
            f"remat={rep['remat']}, {rep['rows']} rows, {rep['updates_per_step']} update(s) "
            f"per step, grad_accum {rep['grad_accum']}"]
+  rd = rep.get("reduced_depth")
+  if rd:
+    lines.append(f"  {rd['num_layers']} of the model's {rd['of']} layers (--num_layers): "
+                 "the memory and FLOPs below are those of the cut-down model")
   pl = rep.get("placement")
   if pl:
     lines.append(f"  disaggregated: sampler on {pl['sampler_chips']} chips {pl['sampler_mesh']}, "
@@ -323,6 +329,9 @@ def main(argv=None) -> int:
   ap.add_argument("--topology", default=None,
                   help="TPU topology, e.g. v5p:2x2x2 (default: the config's `topology`)")
   ap.add_argument("--out", default=None, help="write the report as JSON here")
+  ap.add_argument("--num_layers", type=int, default=0,
+                  help="compile only the first N decoder layers (every other shape as the "
+                       "config): a quick check of the same programs; 0 = all layers")
   args, cfg = cli.parse_with_config(ap, argv)
   cli.set_verbosity(args.verbosity)
   topology = args.topology or cfg.get("topology")
@@ -330,7 +339,15 @@ def main(argv=None) -> int:
     ap.exit(2, f"{ap.prog}: error: --topology is required (the config names none), "
                "e.g. v5p:2x2x2\n")
   try:
-    rep = compile_run(cfg, topology)
+    mcfg = model_config(cfg)
+    if args.num_layers:
+      if not 0 < args.num_layers <= mcfg.num_layers:
+        ap.exit(2, f"{ap.prog}: error: --num_layers={args.num_layers}: the model has "
+                   f"{mcfg.num_layers} layers\n")
+      full, mcfg = mcfg.num_layers, dataclasses.replace(mcfg, num_layers=args.num_layers)
+    rep = compile_run(cfg, topology, model_cfg=mcfg)
+    if args.num_layers:
+      rep["reduced_depth"] = {"num_layers": args.num_layers, "of": full}
   except ImportError as e:  # no libtpu wheel
     ap.exit(2, f"{ap.prog}: error: {e}\n")
   rep["config"] = args.config

@@ -13,6 +13,7 @@ one to be committed. `directory` may be a bucket path (`gs://...`).
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 from etils import epath
@@ -112,8 +113,8 @@ class RunCheckpointer:
   def _quarantine(self, step: int, error: Exception) -> None:
     src = os.path.join(str(self.last.directory), str(step))
     dst = os.path.join(os.path.dirname(str(self.last.directory)), f"corrupt-{step}")
-    warnings.warn(f"checkpoint {src} is unreadable ({type(error).__name__}: "
-                  f"{str(error)[:200]}); moved to {dst}, trying the previous step")
+    warnings.warn(f"checkpoint {src} is unreadable ({_reason(error)}); moved to {dst}, "
+                  "trying the previous step")
     if jax.process_index() == 0:  # local paths and gs:// alike
       if epath.Path(dst).exists():
         epath.Path(dst).rmtree()
@@ -128,3 +129,15 @@ class RunCheckpointer:
     self.last.close()
     if self.best is not None:
       self.best.close()
+
+
+_NOISE = re.compile(r"<bound method [^<>]*(<[^<>]*>[^<>]*)*>|<[^<>]* at 0x[0-9a-fA-F]+>"
+                    r"|\[source locations='[^\]]*'\]|\[tensorstore_spec='[^\]]*'\]")
+
+
+def _reason(error: BaseException, limit: int = 300) -> str:
+  """An orbax / tensorstore error as one readable line: the type and message, without
+  object reprs (`<bound method ...>`, `<... at 0x...>`) or source-location blocks."""
+  msg = " ".join(_NOISE.sub("", str(error)).split()).rstrip(":; ")
+  msg = f"{type(error).__name__}: {msg}" if msg else type(error).__name__
+  return msg if len(msg) <= limit else msg[:limit - 1] + "…"

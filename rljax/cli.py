@@ -26,6 +26,15 @@ class CliError(ValueError):
   """A one-line usage error (unknown key, bad value, missing file)."""
 
 
+def one_line(e: BaseException, limit: int = 1000) -> str:
+  """An exception as one line: rljax's own errors as their message (it names the file, line
+  or key), others prefixed with their type; whitespace runs collapsed, at most `limit` chars."""
+  msg = " ".join(str(e).split())
+  if not type(e).__module__.startswith("rljax") or not msg:
+    msg = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+  return msg if len(msg) <= limit else msg[:limit - 1] + "…"
+
+
 def load_config_module(path: str):
   """The module of a config file (`path` may carry a `:arg`)."""
   file = path.split(":")[0]
@@ -181,6 +190,101 @@ def set_verbosity(level: str = "warning", *, progress_bars: bool | None = None) 
                                 and "tensorflow_datasets" in sys.modules):
     import tensorflow_datasets as tfds
     tfds.disable_progress_bar()
+
+
+# gloo prints "[Gloo] Rank 3 is connected to 7 peer ranks. Expected number of connected peer
+# ranks is : 7" once per device, from one thread each, piece by piece: the pieces of several
+# ranks can interleave within and across lines
+GLOO_PIECES = (b"[Gloo] Rank ", b" is connected to ", b" peer ranks. ",
+               b"Expected number of connected peer ranks is : ")
+
+
+def _gloo_pieces(s: bytes, partial: bool) -> bool:
+  """Whether `s` is made of gloo's message pieces (and numbers) only; with `partial`, the
+  last piece may be unfinished."""
+  i, word = 0, False
+  while i < len(s):
+    if s[i:i + 1].isdigit():
+      while i < len(s) and s[i:i + 1].isdigit():
+        i += 1
+      continue
+    for piece in GLOO_PIECES:
+      if s.startswith(piece, i):
+        i, word = i + len(piece), True
+        break
+      if partial and piece.startswith(s[i:]):
+        return True
+    else:
+      return False
+  return word or (partial and not s)
+
+
+class NativeStdoutFilter:
+  """Drops the lines native code prints straight to file descriptor 1 that are made of
+  gloo's connection message (`[Gloo] Rank 0 is connected to 1 peer ranks...`, one per device,
+  no switch to turn them off): fd 1 becomes a pipe that a thread copies to the real stdout,
+  line by line, less those lines. Everything else, Python's prints included, passes in order;
+  a partial line (a progress bar's `\r` update) passes at once unless it could still be gloo's.
+  `close()` (also at exit) restores fd 1 and forwards what is left."""
+
+  def __init__(self):
+    import threading
+    sys.stdout.flush()
+    self._out = os.dup(1)
+    r, w = os.pipe()
+    os.dup2(w, 1)
+    os.close(w)
+    self._r, self._broken, self._closed = r, False, False
+    self._thread = threading.Thread(target=self._pump, name="rljax-stdout-filter", daemon=True)
+    self._thread.start()
+    import atexit
+    atexit.register(self.close)
+
+  def _write(self, data: bytes) -> None:
+    while data and not self._broken:  # a closed reader: keep draining, never block the run
+      try:
+        data = data[os.write(self._out, data):]
+      except OSError:
+        self._broken = True
+
+  def _pump(self) -> None:
+    buf = b""
+    while True:
+      chunk = os.read(self._r, 1 << 16)
+      if not chunk:
+        break
+      *lines, buf = (buf + chunk).split(b"\n")
+      out = b"".join(line + b"\n" for line in lines if not _gloo_pieces(line, False))
+      if buf and not _gloo_pieces(buf, True):
+        out, buf = out + buf, b""
+      self._write(out)
+    if buf and not _gloo_pieces(buf, False):
+      self._write(buf)
+    os.close(self._r)
+
+  def close(self) -> None:
+    if self._closed:
+      return
+    self._closed = True
+    sys.stdout.flush()
+    os.dup2(self._out, 1)  # the pipe's last write end closes: the thread sees EOF
+    self._thread.join(timeout=10)
+    os.close(self._out)
+
+
+_STDOUT_FILTER: list[NativeStdoutFilter] = []
+
+
+def drop_gloo_lines() -> None:
+  """Installs one `NativeStdoutFilter` for the process (a no-op the second time)."""
+  if not _STDOUT_FILTER:
+    _STDOUT_FILTER.append(NativeStdoutFilter())
+
+
+def restore_stdout() -> None:
+  """Undoes `drop_gloo_lines` (before an `os._exit`, which skips atexit)."""
+  while _STDOUT_FILTER:
+    _STDOUT_FILTER.pop().close()
 
 
 def parser(prog: str, doc: str, *, config: bool = False) -> argparse.ArgumentParser:

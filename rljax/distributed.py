@@ -45,14 +45,28 @@ def initialize() -> bool:
     if n is None or pid is None:
       raise ValueError("JAX_COORDINATOR_ADDRESS is set: set JAX_NUM_PROCESSES and "
                        "JAX_PROCESS_ID too (0 <= JAX_PROCESS_ID < JAX_NUM_PROCESSES)")
-    jax.distributed.initialize(coordinator, n, pid)
+    jax.distributed.initialize(coordinator, n, pid, **_timeouts())
     return True
   hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
   if len(hosts) > 1 or os.environ.get("RLJAX_DISTRIBUTED") == "1":
     # a TPU slice (tpu_scripts/pod.py launch sets RLJAX_DISTRIBUTED): auto-detected
-    jax.distributed.initialize()
+    jax.distributed.initialize(**_timeouts())
     return True
   return False
+
+
+def _timeouts() -> dict:
+  """RLJAX_HEARTBEAT_TIMEOUT_S: seconds after which a silent process counts as dead and the
+  others stop with an error (JAX's default, 100 s, when unset). A process that dies in a
+  collective stops the others at once (the peer's connection resets); one waiting at a
+  coordination barrier learns of it from this timeout."""
+  t = _env_int("RLJAX_HEARTBEAT_TIMEOUT_S")
+  return {} if t is None else {"heartbeat_timeout_seconds": t}
+
+
+def is_multiprocess() -> bool:
+  """Whether this run has several processes (without starting a backend)."""
+  return jax.distributed.is_initialized() and jax.process_count() > 1
 
 
 def is_writer() -> bool:

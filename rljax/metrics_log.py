@@ -15,6 +15,39 @@ import time
 
 from rljax import paths
 
+# what jax.monitoring reports for a program it traces, lowers and compiles (or reads back from
+# the persistent compilation cache): the time a step spends before it runs anything
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration",
+                  "/jax/compilation_cache/cache_retrieval_time_sec")
+_COMPILE_SECONDS = [0.0]
+
+
+def _on_event(event: str, seconds: float, **_) -> None:
+  if event in COMPILE_EVENTS:
+    _COMPILE_SECONDS[0] += seconds
+
+
+class CompileClock:
+  """Seconds JAX spent compiling (tracing, lowering, XLA compile, cache reads), measured from
+  `jax.monitoring` events: `lap()` returns those since the previous lap. Compiles in another
+  thread (the disaggregated sampler's) count too."""
+
+  _registered = False
+
+  def __init__(self):
+    if not CompileClock._registered:
+      import jax
+      jax.monitoring.register_event_duration_secs_listener(_on_event)
+      CompileClock._registered = True
+    self._last = _COMPILE_SECONDS[0]
+
+  def lap(self) -> float:
+    now = _COMPILE_SECONDS[0]
+    out, self._last = now - self._last, now
+    return out
+
 
 class MetricsWriter:
   def __init__(self, workdir: str, tensorboard: bool = True, total_steps: int = 0,
@@ -58,10 +91,11 @@ class MetricsWriter:
         paths.upload_dir(self._tb_dir, self._tb_remote)
 
   def console(self, step: int, metrics: dict) -> None:
-    """One progress line: [####....] step/total reward csr aon loss tok/s step_s ETA skipped.
+    """One progress line: [####....] step/total reward csr aon loss tok/s step_s compile ETA
+    skipped elapsed.
 
-    The first step of a process includes compilation: its time is left out of the ETA
-    and, at the second step, the compile time (first minus second step) is printed once.
+    `time/compile` (measured, `CompileClock`) is shown where a step compiled for a second or
+    more (the first step; a new prompt bucket later); the ETA leaves it out of every step.
     """
     if not self.active:
       return
@@ -77,20 +111,18 @@ class MetricsWriter:
                             ("time/step", "step_s", ".1f")):
       if key in metrics and _is_number(metrics[key]):
         parts.append(f"{label} {float(metrics[key]):{fmt}}")
+    compile_s = float(metrics["time/compile"]) if _is_number(metrics.get("time/compile")) else 0.
+    if compile_s >= 1:
+      parts.append(f"compile {compile_s:.0f}s")
     if _is_number(metrics.get("time/step")):
-      self._step_times.append(float(metrics["time/step"]))
-    later = self._step_times[1:]
-    if later and self.total_steps:
-      eta = sum(later) / len(later) * max(self.total_steps - step, 0)
+      self._step_times.append(max(float(metrics["time/step"]) - compile_s, 0.0))
+    if self._step_times and self.total_steps and step < self.total_steps:
+      eta = sum(self._step_times) / len(self._step_times) * (self.total_steps - step)
       parts.append(f"ETA {_hms(eta)}")
     if _is_number(metrics.get("actor/num_skipped")):
       parts.append(f"skipped {int(float(metrics['actor/num_skipped']))}")
     parts.append(f"elapsed {_hms(time.time() - self._t0)}")
     print("  ".join(parts), file=sys.stdout, flush=True)
-    if len(self._step_times) == 2:
-      first, second = self._step_times
-      print(f"(compile: ~{max(first - second, 0):.0f}s, included in the first step's "
-            f"{first:.0f}s)", file=sys.stdout, flush=True)
 
   def samples(self, step: int, rows: list[dict]) -> None:
     """A few generated samples per eval: samples.jsonl and TensorBoard text."""

@@ -119,13 +119,13 @@ def main(argv=None):
     if not 0 <= a.index < len(runs):
       ap.error(f"--index {a.index}: the sweep has {len(runs)} runs")
     runs = [runs[a.index]]
-  from rljax.trainer import Trainer
+  from rljax.train import train_or_exit
   rows = []
   for i, ov in enumerate(runs):
     wd = os.path.join(base_dir, run_name(ov))
     print(f"=== run {i + 1}/{len(runs)}: {run_name(ov)} -> {wd}", flush=True)
     cfg = apply(cli.apply_overrides(mod.get_config(arg), overrides), ov)
-    final = Trainer(cfg, wd).run()
+    final = train_or_exit(cfg, wd, ap.prog, a.verbosity)
     rows.append({"run": run_name(ov), "workdir": wd,
                  **{k: final.get(k) for k in SUMMARY_KEYS if k in final}})
     write_summary(base_dir, rows)  # after each run: a crash later keeps the finished rows

@@ -31,17 +31,18 @@ from rljax import distributed as dist
 from rljax import paths
 from rljax import sharding as shd
 from rljax.config_check import sampler_config, validate_config
-from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, PromptEncoder, RunCheckpoints,
-                        SkipGuard, TrainingAborted, assemble, build_data, build_model,
-                        build_step_parts, collect, layout_of, needs_ref_params, print_baseline,
-                        rollout_metrics, token_weight_heatmap, update_metrics)
+from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, PromptEncoder,
+                        RunCheckpoints, SkipGuard, TrainingAborted, assemble, build_data,
+                        build_model, build_step_parts, check_inputs, collect, layout_of,
+                        needs_ref_params, print_baseline, rollout_metrics,
+                        token_weight_heatmap, update_metrics)
 from rljax.loop import pipeline as pipe
 from rljax.loop.placement import describe, make_placement, sampler_model, to_sampler
-from rljax.metrics_log import MetricsWriter
+from rljax.metrics_log import CompileClock, MetricsWriter
 from rljax.rollout import SamplerSync
 from rljax.train_step import init_state
 from rljax.update import jit_update
-from rljax.workdir import check_compatible, finished_metrics, latest_saved_step
+from rljax.workdir import check_compatible, check_workdir, finished_metrics, latest_saved_step
 
 __all__ = ["Trainer", "TrainingAborted"]
 
@@ -54,6 +55,7 @@ class Trainer:
     for w in validate_config(cfg, len(devices)):
       warnings.warn(w)
     paths.check_writable(self.workdir)
+    check_workdir(self.workdir)  # a directory (or none yet) this process can write in
     check_compatible(cfg, self.workdir)  # before anything in the workdir is overwritten
     self._finished = finished_metrics(self.workdir, cfg.train.steps,
                                       latest_saved_step(self.workdir))
@@ -62,6 +64,7 @@ class Trainer:
     self.place = make_placement(cfg, devices)
     self.mesh = self.place.trainer_mesh
     dist.check_batch(cfg.data.batch_size, self.mesh)  # before anything compiles
+    check_inputs(cfg)  # model, tokenizer, data files and reward: before anything is written
     if self.place.disaggregated:
       dist.check_batch(cfg.data.batch_size, self.place.sampler_mesh)
       print(f"placement: {describe(self.place)}", flush=True)
@@ -199,7 +202,7 @@ class Trainer:
       if ev:
         self.log.write(0, ev)
         print_baseline(ev)
-    metrics, last = {}, None
+    metrics, last, compiles = {}, None, CompileClock()
     try:
       with Preemption() as preempt:
         for step in range(start, cfg.train.steps):
@@ -226,6 +229,7 @@ class Trainer:
               cfg.checkpoint.every and done % cfg.checkpoint.every == 0):
             self.ckpt.save(done, self.state, metrics, ev, inflight=self.pipeline.drain())
           metrics["time/step"] = time.time() - t0
+          metrics["time/compile"] = compiles.lap()  # included in time/step
           metrics["throughput/tokens_per_s"] = float(batch.attn_mask_BxL.sum()) / max(
               metrics["time/step"], 1e-9)
           self.log.write(done, metrics)

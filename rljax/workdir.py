@@ -7,11 +7,16 @@
 - `finished_metrics(workdir, steps)`: a finished run's final metrics (a rerun is a no-op).
 - `trim_metrics(path, step)`: drops records after the resumed step (no duplicates).
 - `read_jsonl_tolerant(path)`: JSON lines, skipping a truncated last line with a warning.
+- `check_workdir(workdir)`: a directory (or a path not there yet) this process can write in.
+- `StartupRollback(workdir)`: a run that fails before its first result leaves the workdir as
+  it found it (what it wrote is removed), so a fixed rerun starts clean.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from typing import Any
 
@@ -159,3 +164,71 @@ def trim_metrics(path: str, step: int) -> int:
       f.write(text)
     os.replace(path + ".tmp", path)
   return dropped
+
+
+def check_workdir(workdir: str) -> None:
+  """Raises WorkdirError unless `workdir` is a directory, or a path not there yet, that this
+  process can write in (tried with a probe file by process 0; permission bits do not bind
+  root). Leaves nothing behind: a directory made for the probe is removed again. Local
+  paths only."""
+  from rljax import distributed as dist
+  from rljax import paths
+  if paths.is_remote(workdir):
+    return
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f"{workdir}: exists and is not a directory; use another --workdir")
+  if not dist.is_writer():  # one prober: another's rmdir would race this one's probe
+    return
+  made, parent = [], os.path.abspath(workdir)
+  while not os.path.exists(parent):
+    made.append(parent)
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise WorkdirError(f"{workdir}: {parent} is a file, not a directory; use another --workdir")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=workdir, prefix=".rljax_probe_")
+    os.close(fd)
+    os.remove(probe)
+  except OSError as e:
+    raise WorkdirError(f"{workdir}: cannot write there ({e.strerror}); use another --workdir "
+                       "or fix its permissions") from None
+  finally:
+    for d in made:  # deepest first
+      try:
+        os.rmdir(d)
+      except OSError:
+        break
+
+
+class StartupRollback:
+  """Removes what a run wrote to its workdir when it fails before any result exists.
+
+  Records the workdir's entries at start; `rollback()` (after a failure) deletes the entries
+  added since — config.json, the prepared dataset, empty checkpoint folders — and the workdir
+  itself if the run created it, but only while the workdir holds no result (`has_results`:
+  a checkpoint or a metrics record). A resumed run or one that reached a step keeps all.
+  Process 0 only; local paths only.
+  """
+
+  def __init__(self, workdir: str):
+    from rljax import paths
+    self.workdir = workdir
+    self.local = not paths.is_remote(workdir)
+    self.existed = self.local and os.path.isdir(workdir)
+    self.before = set(os.listdir(workdir)) if self.existed else set()
+
+  def rollback(self) -> bool:
+    """Whether it removed anything."""
+    if not self.local or not os.path.isdir(self.workdir) or has_results(self.workdir):
+      return False
+    added = sorted(set(os.listdir(self.workdir)) - self.before)
+    for name in added:
+      p = os.path.join(self.workdir, name)
+      if os.path.isdir(p) and not os.path.islink(p):
+        shutil.rmtree(p, ignore_errors=True)
+      else:
+        os.remove(p)
+    if not self.existed:
+      shutil.rmtree(self.workdir, ignore_errors=True)
+    return bool(added) or not self.existed

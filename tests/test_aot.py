@@ -202,3 +202,32 @@ def test_memory_report_survives_an_unprintable_program():
   ok = _memory(SimpleNamespace(memory_analysis=lambda: stats, as_text=lambda: (
       'custom_call_target="tpu_custom_call" x custom_call_target="tpu_custom_call"')))
   assert ok["tpu_custom_calls"] == 2 and "as_text_error" not in ok
+
+
+def test_a_paper_config_compiles_at_reduced_depth(tmp_path, capsys, monkeypatch):
+  """The README's AOT command on configs/pod.py:model=qwen3_4b for v5p:2x2x2 with 1 of the 36
+  layers (`--num_layers 1`), through `rljax.aot.main`: every other shape is the paper run's
+  (128 rows of 512-token prompts and 2048-token responses, vocabulary 151936, width 2560,
+  μ = 4 updates per step, grad_accum 2, remat full, fsdp over 8 chips), and so are the
+  programs: the multi-update train program, prefill and decode."""
+  import json
+  from rljax import aot
+  monkeypatch.chdir(ROOT)  # the config names configs/models/qwen3_4b
+  out = tmp_path / "qwen3_4b_1_layer.json"
+  assert aot.main(["--config", "configs/pod.py:model=qwen3_4b", "--topology", "v5p:2x2x2",
+                   "--num_layers", "1", "--out", str(out)]) == 0
+  rep = json.loads(out.read_text())
+  assert rep["reduced_depth"] == {"num_layers": 1, "of": 36}
+  m = rep["model"]
+  assert (m["num_layers"], m["hidden_size"], m["vocab_size"], m["num_heads"]) == (1, 2560,
+                                                                                  151936, 32)
+  assert (rep["rows"], rep["updates_per_step"], rep["grad_accum"], rep["remat"]) == (
+      128, 4, 2, "full")
+  assert rep["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1} and rep["chip"] == "TPU v5"
+  assert set(rep["programs"]) == {"train_step", "prefill", "decode"}
+  step = rep["programs"]["train_step"]
+  # the activations of 32-row micro-batches of 2560 tokens dominate: GiBs, not the params
+  assert step["temps"] > 4 * step["arguments"] > 0
+  assert rep["fits"] and 0 < rep["peak_hbm_per_chip"] < rep["hbm_per_chip"] == 95 << 30
+  text = capsys.readouterr().out
+  assert "1 of the model's 36 layers" in text and "peak per chip" in text

@@ -115,3 +115,27 @@ def test_trim_metrics_keeps_one_record_per_step(tmp_path):
                        for i, s in enumerate([1, 2, 3, 4, 5, 4, 5])))
   assert workdir.trim_metrics(str(p), 3) == 4
   assert [json.loads(line)["step"] for line in open(p)] == [1, 2, 3]
+
+
+def test_gloo_lines_are_dropped_from_stdout_and_nothing_else(tmp_path):
+  """gloo's per-rank connection lines, whole or with pieces of several ranks interleaved,
+  are dropped from fd 1; Python prints, a bare number, a partial line and text that only
+  resembles gloo's pass in order."""
+  script = tmp_path / "s.py"
+  script.write_text(
+      "import os, sys\n"
+      "from rljax import cli\n"
+      "cli.drop_gloo_lines()\n"
+      "print('step 1', flush=True)\n"
+      "os.write(1, b'[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of "
+      "connected peer ranks is : 1\\n')\n"
+      "os.write(1, b'[Gloo] Rank [Gloo] Rank 0 is connected to ')\n"
+      "os.write(1, b'1 peer ranks. Expected number of connected peer ranks is : 1\\n1 is "
+      "connected to 1 peer ranks. Expected number of connected peer ranks is : 1\\n')\n"
+      "print(42, flush=True)\n"
+      "os.write(1, b'[Gloo] is not a rank: kept\\n')\n"
+      "sys.stdout.write('\\rprogress 50%'); sys.stdout.flush()\n"
+      "print(' done', flush=True)\n")
+  out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=ROOT)).stdout.decode()
+  assert out == "step 1\n42\n[Gloo] is not a rank: kept\n\rprogress 50% done\n", repr(out)

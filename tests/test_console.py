@@ -1,25 +1,39 @@
-"""The console line: tokens/s, ETA without the compile step, skip count, compile time once;
+"""The console line: tokens/s, the measured compile time, an ETA without it, skip count;
 samples.jsonl."""
 import json
 
-from rljax.metrics_log import MetricsWriter
+import jax
+import jax.numpy as jnp
+
+from rljax.metrics_log import CompileClock, MetricsWriter
 
 
-def test_console_line_and_compile_reported_once(tmp_path, capsys):
+def test_console_line_shows_measured_compile_and_leaves_it_out_of_the_eta(tmp_path, capsys):
   w = MetricsWriter(str(tmp_path), tensorboard=False, total_steps=10)
-  for step, t in ((1, 50.0), (2, 5.0), (3, 5.0)):
-    w.console(step, {"reward/mean": 0.5, "time/step": t, "throughput/tokens_per_s": 1234.4,
-                     "actor/num_skipped": 1.0})
+  # step 1 compiles for 45 of its 50 s; step 3 recompiles (a new prompt bucket) for 3 s
+  for step, t, c in ((1, 50.0, 45.0), (2, 5.0, 0.01), (3, 5.0, 3.0)):
+    w.console(step, {"reward/mean": 0.5, "time/step": t, "time/compile": c,
+                     "throughput/tokens_per_s": 1234.4, "actor/num_skipped": 1.0})
   lines = capsys.readouterr().out.strip().split("\n")
-  assert len(lines) == 4
-  assert "tok/s 1234" in lines[0] and "skipped 1" in lines[0] and "ETA" not in lines[0]
-  assert "ETA 40s" in lines[1]  # 8 steps left x 5 s: the first (compiling) step is excluded
-  assert lines[2] == "(compile: ~45s, included in the first step's 50s)"
-  assert "ETA 35s" in lines[3] and sum("compile" in line for line in lines) == 1
+  assert len(lines) == 3
+  assert "tok/s 1234" in lines[0] and "skipped 1" in lines[0]
+  assert "compile 45s" in lines[0] and "ETA 45s" in lines[0]  # 9 steps left x (50 - 45) s
+  assert "compile" not in lines[1] and "ETA 40s" in lines[1]  # 8 x 5 s
+  assert "compile 3s" in lines[2] and "ETA 28s" in lines[2]  # 7 x mean(5, 5, 2) s
   w.samples(4, [{"prompt": "p", "response": "r", "reward": 1.0}])
   w.close()
   rows = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
   assert rows == [{"step": 4, "prompt": "p", "response": "r", "reward": 1.0}]
+
+
+def test_compile_clock_measures_a_compile_and_not_a_cached_call():
+  clock = CompileClock()
+  f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
+  x = jnp.ones((64, 64))
+  f(x).block_until_ready()
+  first = clock.lap()
+  f(x).block_until_ready()
+  assert first > 0 and clock.lap() < first / 10
 
 
 def _tb_events(tb_dir):

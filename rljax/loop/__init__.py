@@ -11,7 +11,7 @@
 from rljax.loop.assemble import assemble
 from rljax.loop.batch import BatchLayout, TrainBatch, layout_of
 from rljax.loop.build import (Model, RunData, batch_layout, build_data, build_model,
-                              build_step_parts, needs_ref_params)
+                              build_step_parts, check_inputs, needs_ref_params)
 from rljax.loop.collect import Collector, Rollouts, collect, common_prompt_lens, numeric_rows
 from rljax.loop.collect import refill
 from rljax.loop.evaluate import Evaluator, print_baseline, token_weight_heatmap
@@ -22,7 +22,8 @@ from rljax.loop.run_state import (CollapseGuard, Keys, Preemption, RunCheckpoint
                                   TrainingAborted)
 
 __all__ = ["assemble", "BatchLayout", "TrainBatch", "layout_of", "Model", "RunData",
-           "batch_layout", "build_data", "build_model", "build_step_parts", "needs_ref_params",
+           "batch_layout", "build_data", "build_model", "build_step_parts", "check_inputs",
+           "needs_ref_params",
            "Collector", "Rollouts", "collect", "common_prompt_lens", "numeric_rows", "refill",
            "Evaluator", "print_baseline", "token_weight_heatmap", "rollout_metrics",
            "update_metrics", "PromptEncoder", "Prompts", "bucket_len", "left_pad",

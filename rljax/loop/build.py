@@ -25,6 +25,62 @@ class Model:
   pad_id: int
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_inputs(cfg: mlc.ConfigDict) -> None:
+  """The run's input files, read and checked before anything is written to its workdir:
+  the model (config.json and every safetensors header, or the GGUF), the tokenizer's files,
+  the JSONL prompt / eval files (every record), and the reward (imported and bound). Each
+  error names the config key and the file (and line)."""
+  from rljax.data.prompts import read_prompts
+  from rljax.models.bundled import resolve
+  from rljax.models.checkpoint import open_checkpoint
+  from rljax.rewards.from_config import build_reward
+  from rljax.rewards.jsonl import read_ifeval_jsonl
+  c = cfg.model
+  if not c.tiny:
+    path = resolve(c.path)
+    _check_model_path(path, "model.path", tokenizer=False)
+    open_checkpoint(path)  # config.json and the safetensors headers against the file sizes
+  key = "model.tokenizer" if c.tokenizer else "model.path"
+  _check_model_path(resolve(c.tokenizer or c.path), key, tokenizer=True)
+  d = cfg.data
+  if d.dataset == "jsonl":
+    for k in ("path", "heldout_path"):
+      if d.get(k, ""):
+        _check_file(d[k], f"data.{k}")
+        read_prompts(d[k])  # every record: malformed JSON / missing fields name file:line
+  if cfg.eval.path:
+    _check_file(cfg.eval.path, "eval.path")
+    read_ifeval_jsonl(cfg.eval.path)
+  build_reward(cfg.reward)  # imports a "module:fn" reward and binds its options
+
+
+def _check_file(path: str, key: str) -> None:
+  if not os.path.isfile(path):
+    what = "is a directory" if os.path.isdir(path) else "no such file"
+    raise FileNotFoundError(f"config.{key}={path}: {what}")
+
+
+def _check_model_path(path: str, key: str, *, tokenizer: bool) -> None:
+  """A Hugging Face directory (config.json, tokenizer files) or a .gguf file."""
+  want = ("a Hugging Face directory (config.json, *.safetensors, tokenizer files) or a .gguf "
+          "file; 'smollm2' names the bundled model")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"config.{key}={path}: no such file or directory; expected {want}")
+  if os.path.isdir(path):
+    if not tokenizer and not os.path.exists(os.path.join(path, "config.json")):
+      raise FileNotFoundError(f"config.{key}={path}: no config.json in the directory; "
+                              f"expected {want}")
+    if tokenizer and not any(os.path.exists(os.path.join(path, f)) for f in TOKENIZER_FILES):
+      raise FileNotFoundError(f"config.{key}={path}: no tokenizer files in the directory (one "
+                              f"of {', '.join(TOKENIZER_FILES)}); expected {want}")
+  elif not path.endswith(".gguf"):
+    raise FileNotFoundError(f"config.{key}={path}: not a directory or a .gguf file; "
+                            f"expected {want}")
+
+
 def build_model(cfg: mlc.ConfigDict, mesh) -> Model:
   """The decoder of `config.model` (a tiny random one, or HF safetensors / GGUF loaded into
   `mesh`'s shardings) and its tokenizer."""

@@ -43,7 +43,8 @@ from rljax.rewards import ifbench_format, ifbench_words  # noqa: F401  (IFBench'
 from rljax.rewards import math_reward  # noqa: F401  (registers math_accuracy)
 from rljax.rewards.jsonl import ReadReport, RecordError, read_ifeval_jsonl
 from rljax.rewards.math_reward import answers_match, countdown_correct, extract_answer
-from rljax.rewards.reward_fn import Reward, get_reward, register_reward, reward_names
+from rljax.rewards.reward_fn import (Reward, RewardError, get_reward, register_reward,
+                                     reward_names)
 from rljax.rewards.verifier import (MODES, Arg, Verifier, check_all, get_verifier,
                                     register_verifier, validate_instructions, verifier_ids)
 
@@ -57,7 +58,8 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Arg", "MODES", "ReadReport", "RecordError", "Reward", "Verifier", "answers_match",
+    "Arg", "MODES", "ReadReport", "RecordError", "Reward", "RewardError",
+    "Verifier", "answers_match",
     "check_all", "countdown_correct", "evaluate", "evaluate_jsonl", "extract_answer",
     "get_reward", "get_verifier", "read_ifeval_jsonl", "register_reward",
     "register_verifier", "reward_names", "validate_instructions", "verifier_ids",

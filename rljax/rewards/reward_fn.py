@@ -35,6 +35,10 @@ from rljax.rewards import verifier
 KIND = "reward"
 
 
+class RewardError(ValueError):
+  """A reward function that raised or returned something other than a number."""
+
+
 class Reward:
   """A named per-response scoring function lifted to batches."""
 
@@ -55,9 +59,18 @@ class Reward:
     return Reward(self.name, self.fn, {**self.options, **options})
 
   def score(self, response: str, example: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
-    out = self.fn(response, example, **self.options)
+    try:
+      out = self.fn(response, example, **self.options)
+    except Exception as e:  # noqa: BLE001 - re-raised naming the reward and the example
+      raise RewardError(f"reward {self.name!r} raised {type(e).__name__}: {e} (example "
+                        f"{_example_id(example)}, response {response[:40]!r}); a reward is "
+                        "fn(response, example, **options) -> float") from e
     value, info = out if isinstance(out, tuple) else (out, {})
-    return float(value), dict(info)
+    try:
+      return float(value), dict(info)
+    except (TypeError, ValueError) as e:
+      raise RewardError(f"reward {self.name!r} returned {out!r} (example "
+                        f"{_example_id(example)}); expected a float or (float, dict)") from e
 
   def __call__(self, responses: Sequence[str], examples: Sequence[Mapping[str, Any]], *,
                num_threads: int = 0,
@@ -81,6 +94,13 @@ class Reward:
 
   def __repr__(self) -> str:
     return f"<reward {self.name} {self.options}>"
+
+
+def _example_id(example: Mapping[str, Any]) -> str:
+  for k in ("id", "key"):
+    if k in example:
+      return repr(example[k])
+  return repr(str(example.get("prompt", ""))[:40])
 
 
 def _collate(infos: list[dict[str, Any]]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from tests.trainer.helpers import compile_cache_env
 
@@ -91,8 +92,8 @@ def test_two_processes_equal_one_and_resume_after_kill(tmp_path):
   log = str(tmp_path / "log")
   # the single run prepares its own copy of the (deterministic) dataset: two runs
   # preparing one directory at the same time would race on TFDS's rename
-  single = subprocess.Popen(_cmd(one, data + "_single"), cwd=ROOT, env=_env(4, cache, 1, 0,
-                                                                           _port()),
+  single = subprocess.Popen(_cmd(one, data + "_single") + ["--verbosity=info"], cwd=ROOT,
+                            env=_env(4, cache, 1, 0, _port()),
                             stdout=open(log + ".single", "w"), stderr=subprocess.STDOUT)
   pair = _launch_pair(two, data, cache, log + ".a")
   t0 = time.time()
@@ -110,6 +111,8 @@ def test_two_processes_equal_one_and_resume_after_kill(tmp_path):
   assert saved[-1] == KILL_AT, saved
   assert single.wait(timeout=600) == 0, _tail(log + ".single")
   assert "[Gloo]" in open(log + ".single").read()  # the reference reduced through gloo too
+  for i in range(2):  # gloo's per-device "[Gloo] Rank r is connected" lines: dropped
+    assert "[Gloo]" not in open(f"{log}.a.{i}").read()
 
   pair = _launch_pair(two, data, cache, log + ".b")
   for i, p in enumerate(pair):
@@ -161,3 +164,37 @@ def test_two_processes_disaggregated_equal_one(tmp_path):
                                                                                "metrics.jsonl"))]
   assert staleness == [0.0, 1.0, 1.0], staleness
   assert os.listdir(os.path.join(two, "checkpoints", "best")), "no best checkpoint saved"
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_a_killed_process_stops_the_other(tmp_path, victim):
+  """SIGKILL one of two processes mid-run (process 0 also hosts the coordination service):
+  the other exits non-zero within 2 minutes instead of waiting forever in a collective,
+  and says why on its last line."""
+  wd, data, cache = str(tmp_path / "run"), str(tmp_path / "tfds"), str(tmp_path / "jit_cache")
+  port = _port()
+  cmd = _cmd(wd, data) + ["--config.train.steps=100"]
+  logs = [str(tmp_path / f"log.{i}") for i in range(2)]
+  pair = [subprocess.Popen(cmd, cwd=ROOT, env=_env(2, cache, 2, i, port),
+                           stdout=open(logs[i], "w"), stderr=subprocess.STDOUT)
+          for i in range(2)]
+  t0 = time.time()
+  while not os.path.exists(os.path.join(wd, "checkpoints", "last", "2")):
+    for i, p in enumerate(pair):
+      assert p.poll() is None, _tail(logs[i])
+    assert time.time() - t0 < 600, "no checkpoint of step 2 within 600 s"
+    time.sleep(0.05)
+  pair[victim].send_signal(signal.SIGKILL)
+  pair[victim].wait()
+  other = pair[1 - victim]
+  t_kill = time.time()
+  try:
+    rc = other.wait(timeout=120)
+  except subprocess.TimeoutExpired:
+    other.kill()
+    raise AssertionError("the surviving process still runs 120 s after the other was "
+                         "killed:\n" + _tail(logs[1 - victim]))
+  print(f"killed process {victim}: process {1 - victim} exited {rc} after "
+        f"{time.time() - t_kill:.1f} s")
+  assert rc != 0, _tail(logs[1 - victim])
+  assert not os.path.exists(os.path.join(wd, "checkpoints", "last", "100"))
