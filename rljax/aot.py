@@ -332,6 +332,8 @@ def main(argv=None) -> int:
   ap.add_argument("--num_layers", type=int, default=0,
                   help="compile only the first N decoder layers (every other shape as the "
                        "config): a quick check of the same programs; 0 = all layers")
+  ap.add_argument("--train_only", action="store_true",
+                  help="compile the train program only, not the sampler's prefill / decode")
   args, cfg = cli.parse_with_config(ap, argv)
   cli.set_verbosity(args.verbosity)
   topology = args.topology or cfg.get("topology")
@@ -345,7 +347,7 @@ def main(argv=None) -> int:
         ap.exit(2, f"{ap.prog}: error: --num_layers={args.num_layers}: the model has "
                    f"{mcfg.num_layers} layers\n")
       full, mcfg = mcfg.num_layers, dataclasses.replace(mcfg, num_layers=args.num_layers)
-    rep = compile_run(cfg, topology, model_cfg=mcfg)
+    rep = compile_run(cfg, topology, model_cfg=mcfg, sampler=not args.train_only)
     if args.num_layers:
       rep["reduced_depth"] = {"num_layers": args.num_layers, "of": full}
   except ImportError as e:  # no libtpu wheel
