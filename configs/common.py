@@ -74,8 +74,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
   c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0, options={},
                                  terms=()))
-  # CoRT ramp_steps: an int K, or a float in (0, 1] = that fraction of train.steps (so the
-  # ramp finishes within the run). replay_policy: old (π_old) | ref (frozen initial
+  # CoRT ramp_steps: an int K, or a float f in (0, 1] = K = round(f · train.steps). λ reaches
+  # 1 at update K (+ warmup_steps): the last of S steps is update S − 1, so f = 1.0 ends at
+  # λ = SmoothStep((S − 1)/S) < 1 and f ≤ (S − 1)/S reaches 1 within the run. replay_policy: old (π_old) | ref (frozen initial
   # params); replay_mode: all (x⁻ = no criteria) | per_criterion (x⁺ minus criterion j).
   c.objective = mlc.ConfigDict(dict(
       advantage="grpo", transforms=("cort",), loss="grpo", advantage_kwargs={},
@@ -93,9 +94,13 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # 0 although their advantages were not (a collapsed policy; 0 = never);
   # max_consecutive_skips: abort (after saving) when that many updates in a row were
   # skipped for a non-finite loss / gradient (0 = never).
+  # old_policy: decoupled (π_old re-scored by the trainer; the IS weight of tis / mis / bpo is
+  # π_old / q) | bypass (π_old := the sampler's recorded log q: the PPO ratio π_θ / q is the
+  # correction, and at μ > 1 the π_old forward is skipped).
   c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=4, grad_accum=1,
                                 logprob_chunk=256, ref_model=False, truncate_logprobs=False,
-                                max_consecutive_skips=3, max_collapsed_steps=3))
+                                max_consecutive_skips=3, max_collapsed_steps=3,
+                                old_policy="decoupled"))
   # async_save: orbax writes in the background; the next save and the exit wait for it
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict",
                                      async_save=True))

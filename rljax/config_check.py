@@ -220,6 +220,28 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   except ValueError as e:
     raise ConfigError(f"config.objective: {e}") from e
   tags = getattr(registry.get("loss", o.loss), "tags", ()) or ()
+  ttags = {n: getattr(registry.get("transform", n), "tags", ()) or () for n in o.transforms}
+  truncating = t.truncate_logprobs and (r.top_k > 0 or float(r.top_p) < 1.0)
+  _need(not (truncating and "score_centering" in tags), "train.truncate_logprobs",
+        f"loss {o.loss!r} centers the score over the sampler's recorded head, but the truncated "
+        "trainer distribution gives log p = -inf to head ids outside its own top-k / top-p "
+        "(every loss would be NaN); score the full distribution (truncate_logprobs=False)")
+  from rljax.train_step import OLD_POLICIES
+  _need(t.old_policy in OLD_POLICIES, "train.old_policy",
+        f"{t.old_policy!r}; valid: {', '.join(OLD_POLICIES)}")
+  if t.old_policy == "bypass":
+    weights = [n for n, tg in ttags.items() if "mismatch_weight" in tg]
+    _need(not weights and dict(o.loss_kwargs).get("is_weight", "none") == "none",
+          "train.old_policy", f"bypass makes π_old the sampler's q, so the IS weight π_old / q "
+          f"of {weights or 'is_weight'} is 1; the PPO ratio π_θ / q already corrects (use "
+          "old_policy=decoupled for TIS / MIS / BPO)")
+    rejecting = [n for n, tg in ttags.items() if "rejection" in tg]
+    _need(not (rejecting and (t.inner_epochs > 1 or t.num_minibatches > 1)), "train.old_policy",
+          f"bypass at μ > 1 skips the π_old forward that the rejection {rejecting} reads; use "
+          "old_policy=decoupled, or one update per rollout batch")
+    _need("uses_is_weight" not in tags, "train.old_policy",
+          f"loss {o.loss!r} never reads π_old (it weights the sampled score by f(p/q) itself), "
+          "so bypass would change nothing; use old_policy=decoupled")
   if t.inner_epochs > 1 or t.num_minibatches > 1:  # the pg / SC family has no ratio
     _need("uses_is_weight" not in tags, "train.inner_epochs",
           f"loss {o.loss!r} is REINFORCE-style (one update per rollout batch); use "

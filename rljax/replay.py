@@ -28,8 +28,9 @@ def full_distribution(sc):
 def replay_scores(graphdef, params, ref_params, batch: dict, sc, old_logp_BxN) -> dict:
   """{logp_plus_BxN, logp_minus_BxN[, crit_delta_sum_I, crit_count_I]}, all without gradient.
 
-  `old_logp_BxN` is π_old on x⁺ under the step's own scoring; it is reused as ℓ⁺ when the
-  scoring policy is `old` and the step scores the full distribution anyway.
+  `old_logp_BxN` is the trainer's π_old on x⁺ under the step's own scoring; it is reused as
+  ℓ⁺ when the scoring policy is `old` and the step scores the full distribution anyway (None:
+  not scored, as in bypass mode, so ℓ⁺ is scored here).
   """
   full = full_distribution(sc)
   pol = ref_params if sc.replay_policy == "ref" else params
@@ -40,7 +41,7 @@ def replay_scores(graphdef, params, ref_params, batch: dict, sc, old_logp_BxN) -
     return jax.lax.stop_gradient(response_outputs(graphdef, pol, tokens, mask, n, full)["logp_BxT"])
 
   truncated = sc.top_k or sc.top_p < 1.0
-  if sc.replay_policy == "old" and not truncated:
+  if sc.replay_policy == "old" and not truncated and old_logp_BxN is not None:
     plus = jax.lax.stop_gradient(old_logp_BxN)
   else:
     plus = score(batch["tokens_BxL"], batch["attn_mask_BxL"])

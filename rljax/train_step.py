@@ -28,11 +28,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rljax import registry
 from rljax.objectives import broadcast_advantage, make_normalizer
 from rljax.replay import replay_scores
 from rljax.scoring import response_outputs
 from rljax.rollout.metrics import mismatch_metrics
 from rljax.sharding import mesh_scope
+
+
+OLD_POLICIES = ("decoupled", "bypass")
 
 
 class TrainState(NamedTuple):
@@ -59,6 +63,7 @@ class StepConfig:
   replay_policy: str = "old"     # CoRT replay scored by π_old ("old") or the reference ("ref")
   replay_mode: str = "all"       # x⁻ = no criteria ("all") or x⁺ minus criterion j ("per_criterion")
   num_criteria_ids: int = 0      # per_criterion: size of the criterion-id table (metrics)
+  old_policy: str = "decoupled"  # π_old re-scored by the trainer | "bypass": π_old := log q
 
 
 def make_optimizer(lr: float, *, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
@@ -81,17 +86,70 @@ def make_optimizer(lr: float, *, weight_decay: float = 0.0, b1: float = 0.9, b2:
   return optax.chain(*parts)
 
 
+def truncated(sc: StepConfig) -> bool:
+  """Whether the step scores π_θ under the sampler's top-k / top-p truncation."""
+  return bool(sc.top_k) or sc.top_p < 1.0
+
+
 def score_batch(graphdef, params, batch: dict, sc: StepConfig, ref_params=None) -> dict:
-  """π_old (x⁺ rows) and, for CoRT, the replay ℓ⁺ / ℓ⁻ (rljax.replay): forward only."""
+  """π_old (x⁺ rows) and, for CoRT, the replay ℓ⁺ / ℓ⁻ (rljax.replay): forward only. In
+  bypass mode (π_old := the sampler's log q) the x⁺ forward is skipped unless the replay
+  needs ℓ⁺ (then it is returned as `plus_logp_BxN`, never as π_old)."""
   params = jax.lax.stop_gradient(params)
-  out = {"old_logp_BxN": response_outputs(graphdef, params, batch["tokens_BxL"],
-                                          batch["attn_mask_BxL"], sc.response_len,
-                                          sc)["logp_BxT"]}
+  out = {}
+  if sc.old_policy != "bypass":
+    out["old_logp_BxN"] = response_outputs(graphdef, params, batch["tokens_BxL"],
+                                           batch["attn_mask_BxL"], sc.response_len,
+                                           sc)["logp_BxT"]
   if sc.replay:
-    rep = replay_scores(graphdef, params, ref_params, batch, sc, out["old_logp_BxN"])
+    rep = replay_scores(graphdef, params, ref_params, batch, sc, out.get("old_logp_BxN"))
     out.update({("plus_logp_BxN" if k == "logp_plus_BxN" else
                  "minus_logp_BxN" if k == "logp_minus_BxN" else k): v for k, v in rep.items()})
   return out
+
+
+def tokens_in_loss(sc: StepConfig, batch: dict, p_logp):
+  """The one definition of the response tokens in the loss, used by the normalizer, the
+  transforms (CoRT's per-response normalization), the losses and every per-token metric.
+
+  A token is in the loss if it is a response token (`mask_BxN`), the trainer's score p of it
+  (`p_logp`: π_old, the trainer's score of the batch; None in bypass mode at μ > 1, where the
+  trainer does not score it) and the sampler's log q are finite (under truncated scoring p =
+  0 where the supports differ), and no rejection transform rejects it. With the rejection's
+  `baseline="kept"` the group advantages are recomputed over the responses that keep a token.
+  The mismatch diagnostics are taken over the finite tokens before rejection (what the
+  treatments acted on). Returns (batch with mask / sampler_logp / adv_B replaced, p with 0
+  off the loss, metrics)."""
+  obj = sc.objective
+  mask, q = batch["mask_BxN"], batch["sampler_logp_BxN"]
+  finite = jnp.isfinite(q) if p_logp is None else jnp.isfinite(q) & jnp.isfinite(p_logp)
+  metrics = {"actor/nonfinite_tokens": ((mask > 0) & ~finite).sum().astype(jnp.float32)}
+  mask = jnp.where(finite, mask, 0.0)
+  q = jnp.where(finite, q, 0.0)
+  if p_logp is not None:
+    p_logp = jnp.where(finite, p_logp, 0.0)
+    metrics.update({f"mismatch/{k}": v for k, v in
+                    mismatch_metrics(q, p_logp, mask, by_length=True).items()})
+  adv_B = batch["adv_B"]
+  keep = obj.token_transform().keep
+  if keep is not None:
+    if p_logp is None:
+      raise ValueError("rejection reads the trainer's π_old, which bypass mode does not score "
+                       "at μ > 1; use old_policy='decoupled' or one update per batch")
+    kept, k_metrics = keep({"mask_BxT": mask, "old_logp_BxT": p_logp, "sampler_logp_BxT": q})
+    metrics.update({f"transform/{k}": v for k, v in k_metrics.items()})
+    mask = jnp.where(kept, mask, 0.0)
+    if obj.baseline_over_kept:
+      adv_B, a_metrics = obj.advantages(require_rewards(batch), jnp.any(mask > 0, axis=-1))
+      metrics.update(a_metrics)
+  return dict(batch, mask_BxN=mask, sampler_logp_BxN=q, adv_B=adv_B), p_logp, metrics
+
+
+def require_rewards(batch):
+  if "rewards_B" not in batch:
+    raise ValueError("the group baseline over the kept responses (rejection with "
+                     f"baseline='kept') needs 'rewards_B' in the batch; got {sorted(batch)}")
+  return batch["rewards_B"]
 
 
 def _loss_batch(batch: dict, old_logp, minus_logp, norm, plus_logp=None) -> dict:
@@ -109,7 +167,8 @@ def _loss_batch(batch: dict, old_logp, minus_logp, norm, plus_logp=None) -> dict
 
 
 def apply_transforms(transform_state, batch: dict, scores: dict, sc: StepConfig):
-  """Token advantages for a whole scored batch (the μ > 1 path): (adv_BxN, state, metrics)."""
+  """Token advantages for a whole scored batch (the μ > 1 path): (adv_BxN, state, metrics).
+  `batch` is already restricted to the tokens in the loss (`tokens_in_loss`)."""
   norm = make_normalizer(batch["mask_BxN"], max_len=sc.response_len)
   lb = _loss_batch(batch, scores["old_logp_BxN"], scores.get("minus_logp_BxN"), norm,
                    scores.get("plus_logp_BxN"))
@@ -121,9 +180,11 @@ def apply_transforms(transform_state, batch: dict, scores: dict, sc: StepConfig)
 def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, sc: StepConfig):
   """Loss of one micro-batch under the global normalizer; returns (loss, (ts, metrics)).
 
-  Tokens whose trainer, π_old or sampler log-probability is not finite (a support
-  mismatch under truncated scoring) are masked out of the loss and counted, instead of
-  turning the whole update into NaN."""
+  Fused (μ = 1): π_old = sg(π_θ) (decoupled) or the sampler's log q (bypass), and the tokens
+  in the loss are chosen here (`tokens_in_loss`); with `norm` None the normalizer is built from
+  them. Otherwise the batch arrives restricted to them (`update_batch`), and a token the
+  current π_θ gives probability 0 (truncated scoring, after an update) stays in the loss at the
+  ratio floor e^−20 that every ratio is clipped to, with zero gradient."""
   obj = sc.objective
   if sc.use_ref:
     mb = dict(mb, ref_logp_BxN=response_outputs(
@@ -131,25 +192,33 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
         sc.response_len, sc)["logp_BxT"])
   out = response_outputs(graphdef, params, mb["tokens_BxL"], mb["attn_mask_BxL"],
                          sc.response_len, sc, mb.get("head_ids_BxNxK") if sc.head_k else None)
-  old = (jax.lax.stop_gradient(out["logp_BxT"]) if sc.fused_scoring else mb["old_logp_BxN"])
+  logp_sg = jax.lax.stop_gradient(out["logp_BxT"])
+  bypass = sc.old_policy == "bypass"
+  if sc.fused_scoring:
+    mb, p_old, sel = tokens_in_loss(sc, mb, logp_sg)
+    if norm is None:
+      norm = make_normalizer(mb["mask_BxN"], max_len=sc.response_len)
+    old = mb["sampler_logp_BxN"] if bypass else p_old
+  else:
+    p_old, old, sel = None, mb["old_logp_BxN"], {}
+    if bypass:  # no π_old forward: the diagnostics compare this update's π_θ with q
+      sel = {f"mismatch/{k}": v for k, v in mismatch_metrics(
+          mb["sampler_logp_BxN"], jnp.where(jnp.isfinite(logp_sg), logp_sg, 0.0),
+          mb["mask_BxN"] * jnp.isfinite(logp_sg)).items()}
   mask = mb["mask_BxN"]
-  # sampler vs trainer on every token (π_old: the batch's scoring; ±20-clipped log-ratios)
-  mism = mismatch_metrics(mb["sampler_logp_BxN"], old, mask)
-  finite = (jnp.isfinite(out["logp_BxT"]) & jnp.isfinite(old)
-            & jnp.isfinite(mb["sampler_logp_BxN"]))
-  nonfinite = (mask > 0) & ~finite
-  mask = jnp.where(finite, mask, 0.0)
-  safe = lambda x: jnp.where(finite, x, 0.0)
-  old = safe(old)
+  finite = jnp.isfinite(out["logp_BxT"])
   pol = {k: out[k] for k in ("logp_BxT", "entropy_BxT", "head_logp_BxTxK") if k in out}
-  pol["logp_BxT"] = safe(pol["logp_BxT"])
-  mb = dict(mb, mask_BxN=mask, sampler_logp_BxN=safe(mb["sampler_logp_BxN"]))
+  pol["logp_BxT"] = jnp.where(finite, out["logp_BxT"],
+                              jax.lax.stop_gradient(old) - obj.loss_cfg.log_ratio_clip)
+  pol["entropy_BxT"] = jnp.where(jnp.isfinite(out["entropy_BxT"]), out["entropy_BxT"], 0.0)
   rep = {}
   if sc.replay and sc.fused_scoring:  # replay: forward only, on frozen θ̄ (or the reference)
-    rep = replay_scores(graphdef, params, ref_params, mb, sc, old)
+    rep = replay_scores(graphdef, params, ref_params, mb, sc, p_old)
     minus_logp, plus_logp = rep.pop("logp_minus_BxN"), rep.pop("logp_plus_BxN")
   else:
     minus_logp, plus_logp = mb.get("minus_logp_BxN"), mb.get("plus_logp_BxN")
+  if plus_logp is None and minus_logp is not None and bypass:
+    raise ValueError("bypass mode: the replay needs the trainer's ℓ⁺ (plus_logp_BxN), not q")
   lb = _loss_batch(mb, old, minus_logp, norm, plus_logp)
   if sc.fused_scoring:
     adv = broadcast_advantage(mb["adv_B"], mask)
@@ -159,15 +228,16 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
   lb["adv_BxT"] = jax.lax.stop_gradient(adv)
   loss, l_metrics = obj.loss_fn(pol, lb)
   n_tok = jnp.maximum(mask.sum(), 1.0)
-  logp_sg = jax.lax.stop_gradient(pol["logp_BxT"])
-  d = jnp.clip(old - logp_sg, -20.0, 20.0)
+  d = jnp.clip(old - jax.lax.stop_gradient(pol["logp_BxT"]), -20.0, 20.0)
   aux = {**{f"transform/{k}": v for k, v in t_metrics.items()},
          **{f"loss/{k}": v for k, v in l_metrics.items()},
-         "actor/entropy": (safe(out["entropy_BxT"]) * mask).sum() / n_tok,
-         "actor/logp_mean": (pol["logp_BxT"] * mask).sum() / n_tok,
+         "actor/entropy": (pol["entropy_BxT"] * mask).sum() / n_tok,
+         "actor/logp_mean": (jax.lax.stop_gradient(pol["logp_BxT"]) * mask).sum() / n_tok,
          "actor/approx_kl": ((jnp.exp(d) - d - 1.0) * mask).sum() / n_tok,
-         "actor/nonfinite_tokens": nonfinite.sum().astype(jnp.float32),
-         **{f"mismatch/{k}": v for k, v in mism.items()}}
+         "actor/tokens_in_loss": (mask > 0).sum().astype(jnp.float32),
+         "actor/zero_prob_tokens": ((mask > 0) & ~finite).sum().astype(jnp.float32),
+         **sel}
+  aux.setdefault("actor/nonfinite_tokens", jnp.float32(0.0))
   if minus_logp is not None:
     plus = old if plus_logp is None else plus_logp
     delta = (plus - minus_logp) * mask
@@ -177,11 +247,34 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
   return loss, (new_ts, aux)
 
 
+def check_step(sc: StepConfig, grad_accum: int = 1) -> None:
+  """Combinations the step refuses at trace time (`rljax.config_check` refuses them first)."""
+  if sc.old_policy not in OLD_POLICIES:
+    raise ValueError(f"old_policy {sc.old_policy!r}; valid: {', '.join(OLD_POLICIES)}")
+  obj = sc.objective
+  if sc.fused_scoring and grad_accum > 1 and (truncated(sc) or obj.rejects):
+    raise ValueError(
+        "the fused step with grad_accum > 1 builds the normalizer before the forward, but with "
+        + ("truncated scoring" if truncated(sc) else "rejection")
+        + " the tokens in the loss are known only after it; score π_old first "
+        "(StepConfig(fused_scoring=False), what the trainer does) or use grad_accum = 1")
+  if truncated(sc) and "score_centering" in registry.get("loss", obj.loss).tags:
+    raise ValueError(
+        f"{obj.loss} centers the score over the sampler's head, where the truncated trainer "
+        "distribution gives log p = -inf to ids outside its own top-k / top-p; score the full "
+        "distribution (train.truncate_logprobs=False)")
+
+
 def train_step(state: TrainState, batch: dict, ref_params, *, graphdef, optimizer,
                sc: StepConfig, grad_accum: int = 1):
   """One update over `batch` (optionally `grad_accum` micro-batches, summed under the
   whole batch's normalizer). Returns (new_state, metrics) with scalar metrics."""
-  norm = make_normalizer(batch["mask_BxN"], max_len=sc.response_len)
+  check_step(sc, grad_accum)
+  if sc.fused_scoring and grad_accum == 1:
+    norm = None  # built inside, from the tokens in the loss
+  else:  # global over the micro-batches: their masks are final before the step
+    norm = make_normalizer(batch["mask_BxN"] * jnp.isfinite(batch["sampler_logp_BxN"]),
+                           max_len=sc.response_len)
   grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
   args = (ref_params, graphdef, sc)
   if grad_accum == 1:

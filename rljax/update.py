@@ -1,7 +1,10 @@
 """Multi-update PPO on one rollout batch, as the papers run it (verl / ms-swift style).
 
 The rollout batch of P prompts × G samples is scored once (π_old and the CoRT replay in
-one fused forward, `score_batch`), the token-transform chain runs once on the whole batch,
+one fused forward, `score_batch`; in bypass mode π_old is the sampler's log q and the x⁺
+forward is skipped), the tokens in the loss are chosen once (`tokens_in_loss`: finite
+log-probs, rejection, the group baseline over the kept responses), the token-transform
+chain runs once on the whole batch,
 and then μ = epochs × num_minibatches optimizer updates follow. Every epoch draws a
 permutation of the *group* indices on device and splits it into mini-batches of whole
 groups (REAL, GRPO statistics and dynamic sampling all need whole groups). The whole
@@ -20,6 +23,7 @@ import jax.numpy as jnp
 
 from rljax.sharding import mesh_scope
 from rljax.train_step import StepConfig, apply_transforms, jit_train_step, score_batch
+from rljax.train_step import tokens_in_loss
 from rljax.train_step import train_step
 
 # score_batch outputs that are whole-batch metrics, not per-row arrays
@@ -50,6 +54,10 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
   `per_update/loss` [μ], the loss of each update)."""
   sc_mb = dataclasses.replace(sc, fused_scoring=False)
   scores = score_batch(graphdef, state.params, batch, sc_mb, ref_params)
+  # the tokens in the loss, once for the whole batch: every update, the transforms (CoRT's
+  # per-response normalization) and the normalizers count the same tokens as at μ = 1
+  batch, p_old, sel = tokens_in_loss(sc_mb, batch, scores.get("old_logp_BxN"))
+  scores["old_logp_BxN"] = batch["sampler_logp_BxN"] if p_old is None else p_old
   adv, ts, t_metrics = apply_transforms(state.transform_state, batch, scores, sc_mb)
   state = state._replace(transform_state=ts)
   full = dict(batch, adv_BxN=adv, **{k: v for k, v in scores.items()
@@ -67,6 +75,7 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
 
   state, per_update_metrics = jax.lax.scan(body, state, rows)
   metrics = {k: v.mean(0) for k, v in per_update_metrics.items()}
+  metrics.update(sel)
   metrics["actor/update_skipped"] = per_update_metrics["actor/update_skipped"].sum()
   metrics["actor/num_skipped"] = per_update_metrics["actor/num_skipped"][-1]
   metrics["actor/num_updates"] = jnp.float32(rows.shape[0])

@@ -26,7 +26,8 @@ def assemble(roll: Rollouts, objective, *, replay: bool, per_criterion: bool = F
              attn_mask_BxL=np.concatenate([rep(p.plus_mask), rmask], 1),
              mask_BxN=(rmask * keep_B[:, None]).astype(np.float32),
              adv_B=np.asarray(adv, np.float32) * keep_B,
-             sampler_logp_BxN=np.asarray(r.logq_BxN, np.float32))
+             sampler_logp_BxN=np.asarray(r.logq_BxN, np.float32),
+             rewards_B=np.asarray(roll.rewards, np.float32))
   if replay:
     out.update(minus_tokens_BxM=np.concatenate([rep(p.minus_ids), resp], 1),
                minus_attn_mask_BxM=np.concatenate([rep(p.minus_mask), rmask], 1))

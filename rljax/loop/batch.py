@@ -25,6 +25,7 @@ class TrainBatch(NamedTuple):
   mask_BxN: np.ndarray                        # response tokens in the loss, float32
   adv_B: np.ndarray                           # sequence advantages, float32
   sampler_logp_BxN: np.ndarray                # log q of the sampled tokens, float32
+  rewards_B: np.ndarray | None = None         # (shaped) rewards: the baseline over kept rows
   minus_tokens_BxM: np.ndarray | None = None  # CoRT replay x⁻ + response
   minus_attn_mask_BxM: np.ndarray | None = None
   crit_tokens_BxCxL: np.ndarray | None = None  # per-criterion replay rows
@@ -53,7 +54,8 @@ class BatchLayout:
     b, p, n = self.rows, self.prompt_len, self.response_len
     i32, f32 = np.dtype(np.int32), np.dtype(np.float32)
     out = {"tokens_BxL": ((b, p + n), i32), "attn_mask_BxL": ((b, p + n), i32),
-           "mask_BxN": ((b, n), f32), "adv_B": ((b,), f32), "sampler_logp_BxN": ((b, n), f32)}
+           "mask_BxN": ((b, n), f32), "adv_B": ((b,), f32), "sampler_logp_BxN": ((b, n), f32),
+           "rewards_B": ((b,), f32)}
     if self.replay_prompt_len:
       m = self.replay_prompt_len + n
       out.update(minus_tokens_BxM=((b, m), i32), minus_attn_mask_BxM=((b, m), i32))

@@ -153,12 +153,24 @@ def build_step_parts(cfg: mlc.ConfigDict, vocab_size: int):
       temperature=float(r.temperature) or 1.0, top_k=r.top_k if t.truncate_logprobs else 0,
       top_p=float(r.top_p) if t.truncate_logprobs else 1.0, chunk_size=t.logprob_chunk,
       replay=needs_replay(o.transforms),
-      fused_scoring=t.inner_epochs == 1 and t.num_minibatches == 1,
+      fused_scoring=fused_scoring(cfg, objective),
+      old_policy=t.old_policy,
       # record_topk -1 ('full'): the whole distribution, scored at every vocabulary id
       head_k=vocab_size if r.record_topk == -1 else r.record_topk, use_ref=bool(t.ref_model),
       replay_policy=o.replay_policy, replay_mode=o.replay_mode,
       num_criteria_ids=len(criteria_ids()))
   return objective, optimizer, step_cfg
+
+
+def fused_scoring(cfg: mlc.ConfigDict, objective) -> bool:
+  """μ = 1 updates in the fused step (π_old = sg(π_θ), no scoring forward) unless grad_accum
+  splits the batch while the tokens in the loss are known only after the forward (truncated
+  scoring or rejection): then π_old is scored first, so the normalizer counts them exactly."""
+  t, r = cfg.train, cfg.rollout
+  if t.inner_epochs * t.num_minibatches != 1:
+    return False
+  truncating = t.truncate_logprobs and (r.top_k > 0 or float(r.top_p) < 1.0)
+  return not (t.grad_accum > 1 and (truncating or objective.rejects))
 
 
 def needs_ref_params(step_cfg: StepConfig) -> bool:

@@ -65,6 +65,7 @@ def token_weight_heatmap(workdir: str, graphdef, state, batch, roll, step_cfg, r
 
   def weights(state, b, ref):
     scores = score_batch(graphdef, state.params, b, sc, ref)
+    scores.setdefault("old_logp_BxN", b["sampler_logp_BxN"])  # bypass: π_old := log q
     w, _, m = apply_transforms(state.transform_state, b, scores, sc)
     lam = [v for k, v in m.items() if k.endswith("lambda")]
     return w, scores["plus_logp_BxN"] - scores["minus_logp_BxN"], (lam or [jnp.nan])[0]

@@ -30,7 +30,9 @@ arguments, raises ValueError with a reason, and returns the warnings.
    its state. CoRT reads batch["logp_plus_BxT"] (rubric prompt, θ̄) and
    batch["logp_minus_BxT"] (rubric-free replay); TIS / MIS / BPO read
    batch["old_logp_BxT"] (p) and batch["sampler_logp_BxT"] (q). All weights are
-   stop-gradient.
+   stop-gradient. Rejection transforms (`rej*`, tag "rejection") also have
+   `keep(batch) -> (keep_BxT, metrics)`: the step removes the tokens they reject from
+   the loss, the normalizer and (baseline="kept") the group baseline before `update`.
 3. Policy losses, kind "loss":
      loss_fn(pol, batch, cfg: LossConfig) -> (loss, metrics)
    pol (carries gradient): logp_BxT (float32), optional entropy_BxT,
@@ -55,6 +57,8 @@ from rljax.objectives.transforms import EmptyState, identity, needs_replay, smoo
 from rljax.objectives.transforms import stateless, TokenTransform
 from rljax.objectives.mismatch import binary_kl, bpo, bpo_weight, BPOConfig
 from rljax.objectives.mismatch import importance_weights, ISConfig
+from rljax.objectives.rejection import rejection, RejectConfig
+from rljax.objectives.advantages import kept_advantages
 from rljax.objectives.losses import LossConfig, real_from_scores
 from rljax.objectives.score_centering import centering_coefficients
 from rljax.objectives.config import build_objective, catalog, Objective, validate
@@ -65,6 +69,6 @@ __all__ = [
     "chain", "cort", "cort_lambda", "cort_weights", "CortConfig", "CortState",
     "criterion_deltas", "EmptyState", "identity", "needs_replay", "smoothstep", "stateless",
     "TokenTransform", "binary_kl", "bpo", "bpo_weight", "BPOConfig",
-    "importance_weights", "ISConfig", "LossConfig", "real_from_scores",
+    "importance_weights", "ISConfig", "rejection", "RejectConfig", "kept_advantages", "LossConfig", "real_from_scores",
     "centering_coefficients", "build_objective", "catalog", "Objective", "validate",
 ]

@@ -102,6 +102,40 @@ def rloo(rewards_B, group_size: int, cfg: AdvantageConfig):
   return _finish(scale * _centered(r), r)
 
 
+def kept_advantages(rewards_B, keep_B, group_size: int, estimator: str, cfg: AdvantageConfig):
+  """The group advantage over the kept responses only: every mean / std / leave-one-out
+  count of `estimator` (grpo | dr_grpo | rloo) is taken over the rows with `keep_B`, and the
+  other rows get 0. A group with fewer than two kept responses, or whose kept rewards are all
+  equal, gets 0. With `keep_B` all True it equals the estimator itself.
+  Returns (adv_B, metrics)."""
+  r = as_groups(rewards_B.astype(fdtype()), group_size)
+  k = as_groups(keep_B, group_size).astype(bool)
+  kf = k.astype(fdtype())
+  n_G = jnp.sum(kf, axis=1, keepdims=True)
+  total = jnp.sum(jnp.where(k, r, 0.0), axis=1, keepdims=True)
+  mean = total / jnp.maximum(n_G, 1.0)
+  centered = jnp.where(k & (r * n_G != total), r - mean, 0.0)  # exact 0 at the mean
+  if estimator == "rloo":
+    adv = centered * n_G / jnp.maximum(n_G - 1.0, 1.0)
+  elif estimator == "dr_grpo" or cfg.scale_rewards == "none":
+    adv = centered
+  elif cfg.scale_rewards == "group":
+    var = jnp.sum(jnp.square(jnp.where(k, r - mean, 0.0)), axis=1, keepdims=True)
+    adv = centered / (jnp.sqrt(var / jnp.maximum(n_G - 1.0, 1.0)) + cfg.eps)
+  else:  # batch: the std of every kept reward in the batch
+    n = jnp.sum(kf)
+    mu = jnp.sum(jnp.where(k, r, 0.0)) / jnp.maximum(n, 1.0)
+    var = jnp.sum(jnp.square(jnp.where(k, r - mu, 0.0)))
+    adv = centered / (jnp.sqrt(var / jnp.maximum(n - 1.0, 1.0)) + cfg.eps)
+  hi = jnp.max(jnp.where(k, r, -jnp.inf), axis=1)
+  lo = jnp.min(jnp.where(k, r, jnp.inf), axis=1)
+  signal_G = (n_G[:, 0] >= 2) & (hi != lo)
+  adv = jnp.where(signal_G[:, None] & k, adv, 0.0)
+  metrics = {"adv/num_in_baseline": jnp.sum(kf),
+             "adv/frac_groups_without_baseline": jnp.mean((n_G[:, 0] < 2).astype(fdtype()))}
+  return adv.reshape(-1), metrics
+
+
 register_entry(KIND, "grpo", grpo, AdvantageConfig,
                doc="(r − mean_g) / (std_{group|batch|none} + 1e-4), unbiased std")
 register_entry(KIND, "dr_grpo", dr_grpo, AdvantageConfig,

@@ -110,3 +110,25 @@ def broadcast_advantage(adv_B: jax.Array, mask_BxT: jax.Array) -> jax.Array:
 def seq_mean(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
   """Per-response mean over active tokens, shape [B]; 0 for empty responses."""
   return masked_mean(x_BxT, mask_BxT, axis=-1)
+
+
+LENGTH_BINS = 4
+
+
+def length_bin_fracs(prefix: str, flag_B: jax.Array, mask_BxT: jax.Array,
+                     num_bins: int = LENGTH_BINS) -> Metrics:
+  """Fraction of the responses with tokens in `mask_BxT` that are flagged, per response-length
+  bin: `{prefix}_len{j}` for lengths in (j·T/num_bins, (j+1)·T/num_bins] (T the padded
+  length), 0 for an empty bin."""
+  bin_B, has_B = length_bin(mask_BxT, num_bins)
+  flag = (flag_B & has_B).astype(fdtype())
+  return {f"{prefix}_len{j}": masked_mean(flag, has_B & (bin_B == j)) for j in range(num_bins)}
+
+
+def length_bin(mask_BxT: jax.Array, num_bins: int = LENGTH_BINS):
+  """(bin_B, has_B): each response's length bin (see `length_bin_fracs`), and whether it has
+  tokens at all."""
+  t_B = jnp.sum(mask_BxT > 0, axis=-1)
+  width = mask_BxT.shape[-1] / num_bins
+  bin_B = jnp.clip(jnp.ceil(t_B / width).astype(jnp.int32) - 1, 0, num_bins - 1)
+  return bin_B, t_B > 0

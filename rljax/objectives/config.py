@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import warnings
 
 from rljax import registry
-from rljax.objectives.advantages import AdvantageConfig
+from rljax.objectives.advantages import AdvantageConfig, kept_advantages
 from rljax.objectives.losses import LossConfig
 from rljax.objectives.mismatch import BPOConfig
 from rljax.objectives.transforms import chain, TokenTransform
@@ -30,10 +30,26 @@ class Objective:
   transforms: tuple[tuple[str, Any], ...] = ()
   group_size: int = 1
 
-  def advantages(self, rewards_B):
-    """(adv_B, metrics) for a batch of whole groups."""
+  def advantages(self, rewards_B, keep_B=None):
+    """(adv_B, metrics) for a batch of whole groups; with `keep_B`, over the kept rows only
+    (`kept_advantages`: the others get 0)."""
+    if keep_B is not None:
+      return kept_advantages(rewards_B, keep_B, self.group_size, self.advantage,
+                             self.advantage_cfg)
     fn = registry.get("advantage", self.advantage)
     return fn(rewards_B, self.group_size, self.advantage_cfg)
+
+  @property
+  def rejects(self) -> bool:
+    """Whether a transform rejects tokens or responses (registry tag `rejection`)."""
+    return any("rejection" in registry.get("transform", n).tags for n, _ in self.transforms)
+
+  @property
+  def baseline_over_kept(self) -> bool:
+    """Rejected responses are out of the group baseline (the rejection transforms'
+    `baseline="kept"`, their default)."""
+    return any(getattr(c, "baseline", None) == "kept" for n, c in self.transforms
+               if "rejection" in registry.get("transform", n).tags)
 
   def token_transform(self) -> TokenTransform:
     """The chained token-advantage transform (init/update)."""
@@ -124,6 +140,18 @@ def _resolve(advantage: str, loss: str, transforms, num_generations: int,
   if loss_cfg.is_weight != "none" and "uses_is_weight" not in ltags:
     fail(f"is_weight applies to pg / SC losses only; with {loss} use the tis / mis "
          "transforms")
+  rejecting = with_tag("rejection")
+  if rejecting:
+    if "sequence_classification" in ltags:
+      fail(f"{loss} classifies whole groups by the sign of their advantages; rejection "
+           f"{rejecting} would leave the rejected rows in their group's classification")
+    baselines = {getattr(c, "baseline") for n, c in zip(names, t_cfgs) if n in rejecting}
+    if len(baselines) > 1:
+      fail(f"the rejection transforms {rejecting} disagree on the group baseline "
+           f"({sorted(baselines)}); give them the same baseline ('kept' or 'all')")
+    if advantage not in ("grpo", "dr_grpo", "rloo") and "kept" in baselines:
+      fail(f"baseline='kept' recomputes the group advantage over the kept responses, which "
+           f"is defined for grpo, dr_grpo and rloo, not {advantage!r}; use baseline='all'")
   if "score_centering" in ltags and mismatch:
     fail(f"{mismatch} would multiply the already centered score, w·(z − m_q), whose "
          "sampler mean is not 0; use the loss's is_weight (sc_tis, topk_sc_mis, ...) "

@@ -1,9 +1,13 @@
 """Token-advantage transforms, composed like optax transforms; CoRT (SPEC §3).
 
-A `TokenTransform` is a pair of pure functions:
+A `TokenTransform` is a pair of pure functions, plus an optional third:
   init() -> state
   update(adv_BxT, batch, state) -> (adv_BxT, new_state, metrics)
-`chain(*ts)` threads a tuple of states. Stateless transforms use `EmptyState()`.
+  keep(batch) -> (keep_BxT bool, metrics)   rejection only (else None): the tokens it keeps
+                                            in the loss; the step removes the others from
+                                            the loss, the normalizer and (by default) the
+                                            group baseline before `update` runs
+`chain(*ts)` threads a tuple of states and ANDs the keeps. Stateless transforms use `EmptyState()`.
 All weights a transform applies are stop-gradient. Transforms are registered
 under kind "transform" as factories `make(cfg) -> TokenTransform`.
 
@@ -31,6 +35,7 @@ class TokenTransform(NamedTuple):
   init: Callable[[], Any]
   update: Callable[[jax.Array, Mapping[str, jax.Array], Any],
                    tuple[jax.Array, Any, Metrics]]
+  keep: Callable[[Mapping[str, jax.Array]], tuple[jax.Array, Metrics]] | None = None
 
 
 class EmptyState(NamedTuple):
@@ -67,7 +72,17 @@ def chain(*transforms: TokenTransform) -> TokenTransform:
         metrics[k if k not in metrics else f"{k}_{i}"] = v
     return adv_BxT, tuple(new_state), metrics
 
-  return TokenTransform(init, update)
+  keeps = [t.keep for t in transforms if t.keep is not None]
+
+  def keep(batch):
+    out, metrics = None, {}
+    for fn in keeps:  # every criterion sees the same batch; a token stays if all keep it
+      k, m = fn(batch)
+      out = k if out is None else out & k
+      metrics.update(m)
+    return out, metrics
+
+  return TokenTransform(init, update, keep if keeps else None)
 
 
 # --------------------------------------------------------------------- CoRT

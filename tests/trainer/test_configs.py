@@ -12,7 +12,7 @@ from rljax.config_check import ConfigError, validate_config  # noqa: E402
 from rljax.sweep import expand, load_config_module  # noqa: E402
 
 NAMES = ["grpo", "dr_grpo", "dapo", "gspo", "real", "cort_grpo", "cort_dapo", "cort_gspo",
-         "sc", "tis", "mis", "tis_sc", "bpo"]
+         "sc", "tis", "mis", "tis_sc", "bpo", "seq_mis", "geo_rs", "seq_is_rs", "bypass_ppo"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -62,7 +62,8 @@ BAD = [
     ({"data.batch_size": 12, "rollout.num_generations": 4, "mesh.shape": (8, 1, 1)},
      "data-parallel"),
     ({"objective.loss": "topk_sc", "objective.transforms": (), "rollout.record_topk": 8,
-      "objective.transform_kwargs": {}, "train.inner_epochs": 2}, "REINFORCE"),
+      "objective.transform_kwargs": {}, "train.inner_epochs": 2,
+      "train.truncate_logprobs": False}, "REINFORCE"),
     ({"objective.loss": "gspo_token", "objective.transforms": ("tis_seq_geo",),
       "objective.transform_kwargs": {}}, "gspo"),
     # runs that would compile and learn nothing
@@ -91,6 +92,20 @@ BAD = [
      "does not match the 6 available devices .the trainer's, after rollout.num_devices"),
     ({"rollout.lag": -1}, "rollout.lag: must be an int >= 0"),
     ({"rollout.num_devices": 2}, "num_devices: and rollout.mesh_shape need rollout.placement"),
+    # rollout correction (the :tiny base scores the sampler's top-32 truncation)
+    ({"objective.loss": "topk_sc", "objective.transforms": (), "rollout.record_topk": 8,
+      "objective.transform_kwargs": {}, "train.inner_epochs": 1, "train.num_minibatches": 1},
+     "truncate_logprobs: loss 'topk_sc' centers the score .* log p = -inf"),
+    ({"train.old_policy": "cached"}, "old_policy.*valid: decoupled, bypass"),
+    ({"train.old_policy": "bypass", "objective.transforms": ("tis",),
+      "objective.transform_kwargs": {}}, "bypass makes π_old the sampler's q"),
+    ({"train.old_policy": "bypass", "objective.transforms": ("rej_seq_geo",),
+      "objective.transform_kwargs": {}}, "bypass at μ > 1 skips the π_old forward"),
+    ({"train.old_policy": "bypass", "objective.loss": "pg", "objective.transforms": (),
+      "objective.transform_kwargs": {}, "train.inner_epochs": 1, "train.num_minibatches": 1},
+     "never reads π_old"),
+    ({"objective.transforms": ("rej",), "objective.loss": "real",
+      "objective.transform_kwargs": {}}, "classifies whole groups"),
 ]
 
 
@@ -188,6 +203,19 @@ def test_workdir_guard_protects_results_only(tmp_path):
     check_compatible(cfg, str(wd))
   cfg.rollout.lag, cfg.rollout.placement, cfg.rollout.num_devices = 0, "disaggregated", 4
   assert check_compatible(cfg, str(wd)) == []  # like mesh.shape: no warning either
+
+
+def test_ramp_fraction_one_ends_below_one_and_a_shorter_one_reaches_it():
+  """The comment in configs/common.py: with S steps the last update is S − 1, so ramp_steps
+  = 1.0 ends at λ = SmoothStep((S − 1)/S) < 1 and f ≤ (S − 1)/S reaches λ = 1."""
+  from rljax.config_check import resolve_ramp
+  from rljax.objectives import CortConfig, cort_lambda
+  steps = 8
+  for f, reaches in ((1.0, False), ((steps - 1) / steps, True), (0.5, True)):
+    k = resolve_ramp({"ramp_steps": f}, steps)["ramp_steps"]
+    lam = float(cort_lambda(steps - 1, CortConfig(ramp_steps=k)))
+    assert (lam == 1.0) == reaches, (f, lam)
+  assert float(cort_lambda(steps - 1, CortConfig(ramp_steps=steps))) < 1.0
 
 
 def test_tiny_with_a_model_path_says_the_weights_are_not_loaded():
