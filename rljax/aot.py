@@ -111,7 +111,8 @@ def _compile(lowered):
 
 def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
                remat: str | bool, replay: bool, use_ref: bool, epochs: int = 1,
-               num_minibatches: int = 1) -> dict:
+               num_minibatches: int = 1, fused: bool | None = None,
+               bypass: bool = False) -> dict:
   """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
   and the training of one rollout batch. μ = epochs × num_minibatches = 1: the fused step
   (forward, backward, remat recompute, replay and ref forwards). `remat` (model.remat;
@@ -119,7 +120,9 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
   "dots" saves the projections (dots without batch dimensions) and recomputes the rest,
   of which only attention's two batched products count. μ > 1: one scoring
   forward of π_old (and the replay) over the batch, then every row trained `epochs` times
-  (each update: forward, backward, remat, ref forward). Attention is counted dense over
+  (each update: forward, backward, remat, ref forward); `fused` False scores first at μ = 1
+  too (grad_accum with truncated scoring or rejection). `bypass` (π_old := the sampler's log q)
+  drops the π_old forward unless the CoRT replay needs ℓ⁺. Attention is counted dense over
   its key span (what the code computes, masked)."""
   c = mcfg
   d, e, h, k, f, v, n_l = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads,
@@ -145,10 +148,12 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
   policy = rows * (3 * fwd(length, length) + recompute + 4 * unembed * response)
   replay_fwd = score(replay_prompt + response) if replay else 0
   ref = score(length) if use_ref else 0
-  if epochs * num_minibatches == 1:  # the fused step: π_old = sg(π_θ) of its own forward
+  if fused is None:
+    fused = epochs * num_minibatches == 1
+  if fused:  # the fused step: π_old = sg(π_θ) of its own forward
     train, scoring = policy + replay_fwd + ref, 0
   else:
-    scoring = score(length) + replay_fwd
+    scoring = (0 if bypass and not replay else score(length)) + replay_fwd
     train = scoring + epochs * (policy + ref)
   return {"prefill": prefill, "decode": decode, "train_step": train, "scoring": scoring,
           "total": prefill + decode + train}
@@ -194,7 +199,8 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   report.update(updates_per_step=mu, grad_accum=t.grad_accum, rows=d.batch_size)
   flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
                      r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref,
-                     epochs=t.inner_epochs, num_minibatches=t.num_minibatches)
+                     epochs=t.inner_epochs, num_minibatches=t.num_minibatches,
+                     fused=step_cfg.fused_scoring, bypass=step_cfg.old_policy == "bypass")
   report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
   t0 = time.time()
   try:

@@ -1,6 +1,7 @@
 """`python -m rljax.plot RUN_DIR [RUN_DIR ...] [--out DIR]`: the CoRT ablation panels
-(actor grad norm, length-clip ratio, mean token weight, actor entropy) and the reward
-curves, one line per run, to PNG."""
+(actor grad norm, length-clip ratio, mean token weight, actor entropy), the reward
+curves and the mismatch panel (KL(q‖p), χ², perplexity ratio, and the fraction of tokens
+or responses each correction truncated / masked / rejected), one line per run, to PNG."""
 from __future__ import annotations
 
 import io
@@ -13,9 +14,32 @@ PANELS = (("actor/grad_norm", "actor grad norm"),
           ("response/length_clip_ratio", "length-clip ratio"),
           ("transform/cort/raw_weight_mean", "mean token weight (before normalization)"),
           ("actor/entropy", "actor entropy"))
+MISMATCH = (("mismatch/kl_q_p", "KL(q‖p) on sampled tokens (k3, nats/token)"),
+            ("mismatch/chi2", "χ²(p‖q) = E_q[(p/q)²] − 1"),
+            ("mismatch/ppl_ratio", "perplexity ratio ppl_p / ppl_q"))
+TREATED = ("frac_truncated", "frac_masked", "frac_seqs_rejected", "frac_tokens_rejected")
 REWARDS = (("reward/mean", "reward"), ("reward/csr", "CSR"), ("reward/aon", "AON"),
            ("eval/reward_mean", "held-out reward (CSR with reward csr)"),
            ("eval/prompt_level_strict", "held-out IFEval-P (strict)"))
+
+
+def _treated_panel(ax, runs):
+  """Every correction's treated fraction (tis: truncated, mis / bpo: masked, rej*: rejected)."""
+  drawn = False
+  for name, recs in runs:
+    keys = sorted({k for r in recs for k in r if k.startswith("transform/")
+                   and k.rsplit("/", 1)[-1] in TREATED})
+    for key in keys:
+      pts = [(r["step"], r[key]) for r in recs if key in r]
+      label = key.split("/", 1)[1] if len(runs) == 1 else f"{name}: {key.split('/', 1)[1]}"
+      ax.plot(*zip(*pts), marker="." if len(pts) < 30 else None, label=label)
+      drawn = True
+  ax.set_title("treated by the correction (fraction)" if drawn
+               else "treated by the correction (no correction logged)")
+  ax.set_xlabel("step")
+  ax.grid(alpha=0.3)
+  if drawn:
+    ax.legend(fontsize=7)
 
 
 def _panel(ax, runs, key, title):
@@ -38,10 +62,14 @@ def plot_runs(run_dirs, out_dir: str) -> list[str]:
   runs = [(os.path.basename(os.path.normpath(d)), read_metrics(d)) for d in run_dirs]
   rpaths.makedirs(out_dir)  # local or a bucket
   paths = []
-  for fname, panels in (("cort_panels.png", PANELS), ("rewards.png", REWARDS)):
+  for fname, panels in (("cort_panels.png", PANELS), ("rewards.png", REWARDS),
+                        ("mismatch.png", MISMATCH + (None,))):
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for ax, (key, title) in zip(axes, panels):
-      _panel(ax, runs, key, title)
+    for ax, panel in zip(axes, panels):
+      if panel is None:
+        _treated_panel(ax, runs)
+      else:
+        _panel(ax, runs, *panel)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     path = os.path.join(out_dir, fname)

@@ -89,6 +89,11 @@ def test_analytic_flops_match_a_hand_count():
   policy = 4 * (2 * mm * 3 + attn(3, 3)) + 4 * 2 * 4 * 10 * 2
   assert h["scoring"] == 2 * score and h["train_step"] == 2 * score + 2 * policy
   assert h["prefill"] == f["prefill"] and h["decode"] == f["decode"]
+  # bypass (π_old := log q): the x+ scoring forward is gone, unless CoRT needs ℓ+ from it
+  b = step_flops(c, rows=1, prompt=1, replay_prompt=1, response=2, remat=True, replay=False,
+                 use_ref=False, epochs=2, num_minibatches=2, bypass=True)
+  assert b["scoring"] == 0 and b["train_step"] == 2 * policy
+  assert step_flops(c, 1, 1, 1, 2, True, True, False, 2, 2, bypass=True) == h
 
 
 def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():

@@ -57,7 +57,7 @@ def test_metrics_config_tensorboard_and_plots_on_a_bucket(fake_gcs):
   assert events and fake_gcs.size(events[0]) > 0
   from rljax.plot import plot_runs
   out = plot_runs([wd], f"{wd}/plots")
-  assert out == [f"{wd}/plots/cort_panels.png", f"{wd}/plots/rewards.png"]
+  assert out == [f"{wd}/plots/{n}.png" for n in ("cort_panels", "rewards", "mismatch")]
   for p in out:
     assert fake_gcs.cat_file(p[len("gs://"):])[:8] == b"\x89PNG\r\n\x1a\n"
 

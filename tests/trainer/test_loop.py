@@ -68,9 +68,10 @@ def test_plot_and_sweep_print(tmp_path, capsys):
                                   for i, l in enumerate(lines))
 
 
-@pytest.mark.parametrize("name", ["dapo", "tis_sc"])
+@pytest.mark.parametrize("name", ["dapo", "tis_sc", "geo_rs", "bypass_ppo"])
 def test_other_objectives_run(tmp_path, name):
-  """DAPO (dynamic sampling + overlong shaping) and TIS+top-k SC with a W8A8+int4-KV sampler."""
+  """DAPO (dynamic sampling + overlong shaping), TIS+top-k SC, geometric rejection + veto and
+  bypass PPO (2 updates, no π_old forward) with a W8A8+int4-KV sampler."""
   from rljax.sweep import load_config_module
   cfg = load_config_module(os.path.join(ROOT, "configs", f"{name}.py")).get_config("tiny")
   final, wd = _run(tmp_path, cfg=cfg, **{"train.steps": 2, "checkpoint.every": 0})
@@ -79,6 +80,11 @@ def test_other_objectives_run(tmp_path, name):
     assert "reward/overlong_penalty" in final and "rollout/resample_tries" in final
   else:
     assert final["mismatch/abs_log_ratio_mean"] > 0  # the quantized sampler differs
+  if name == "geo_rs":
+    assert 0 <= final["transform/rej_seq_geo/frac_seqs_rejected"] <= 1
+    assert final["actor/tokens_in_loss"] > 0 and "adv/num_in_baseline" in final
+  if name == "bypass_ppo":
+    assert final["actor/num_updates"] == 2 and final["mismatch/chi2"] >= 0
 
 
 def test_prompt_bucketing_is_exact(tmp_path):
