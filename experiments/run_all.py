@@ -11,11 +11,11 @@ import json
 import os
 import tempfile
 
-from experiments import (common, cort_delta, learning_curves, mismatch_bias, mismatch_training,
-                         score_centering_toy)
+from experiments import (common, cort_delta, learning_curves, mismatch_bias, mismatch_seq,
+                         mismatch_training, score_centering_toy)
 
 STUDIES = {m.STUDY: m for m in (score_centering_toy, cort_delta, mismatch_bias, learning_curves,
-                                mismatch_training)}
+                                mismatch_training, mismatch_seq)}
 
 
 def expected_outputs(out_root: str, study: str) -> list[str]:

@@ -21,7 +21,8 @@ import math
 
 import jax.numpy as jnp
 
-from rljax.objectives.common import check_choice, fdtype, masked_mean, masked_stats
+from rljax.objectives.common import check_choice, fdtype, length_bin_fracs, masked_mean
+from rljax.objectives.common import masked_stats
 from rljax.objectives.common import register_entry, require, sg
 from rljax.objectives.transforms import KIND, stateless, TokenTransform
 
@@ -116,10 +117,12 @@ def importance_weights(cfg: ISConfig = ISConfig()) -> TokenTransform:
       changed = lr > _log(cfg.cap)
     else:
       changed = (lr < _log(cfg.low)) | (lr > _log(cfg.high))
-    metrics = {f"{name}/frac_{'truncated' if cfg.weight == 'tis' else 'masked'}":
-                   masked_mean(changed.astype(fdtype()), active),
+    what = "truncated" if cfg.weight == "tis" else "masked"
+    metrics = {f"{name}/frac_{what}": masked_mean(changed.astype(fdtype()), active),
                f"{name}/log_ratio_abs_max": jnp.max(jnp.abs(jnp.where(active, lr, 0.0)))}
     metrics.update(masked_stats(f"{name}/weight", w, active))
+    metrics.update(length_bin_fracs(f"{name}/frac_seqs_{what}",
+                                    jnp.any(changed & active, axis=-1), mask))
     return adv_BxT * w, metrics
 
   return stateless(fn)
@@ -170,6 +173,8 @@ def bpo(cfg: BPOConfig = BPOConfig()) -> TokenTransform:
     metrics = {"bpo/frac_masked": masked_mean((w == 0).astype(fdtype()), active),
                "bpo/frac_capped": masked_mean((omega > cfg.cap).astype(fdtype()), active)}
     metrics.update(masked_stats("bpo/weight", w, active))
+    metrics.update(length_bin_fracs("bpo/frac_seqs_masked", jnp.any((w == 0) & active, -1),
+                                    mask))
     return adv_BxT * w, metrics
 
   return stateless(fn)

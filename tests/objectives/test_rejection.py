@@ -156,3 +156,26 @@ def test_baseline_options_and_refusals():
   with pytest.raises(ValueError, match="low < high"):
     build_objective(transforms=("rej",), num_generations=G,
                     transform_kwargs={"rej": {"high": 0.5}})
+
+
+@pytest.mark.parametrize("name", ["tis", "mis_seq_geo"])
+def test_weight_transforms_report_treated_responses_per_length_quarter(name):
+  mask, p, q = random_case(3)
+  obj = build_objective(transforms=(name,), num_generations=G)
+  t = obj.token_transform()
+  _, _, m = t.update(jnp.ones((B, T)), {"mask_BxT": mask, "old_logp_BxT": p,
+                                        "sampler_logp_BxT": q}, t.init())
+  lr = np.where(mask > 0, p - q, 0.0)
+  n = np.maximum(mask.sum(1), 1)
+  if name == "tis":
+    changed = ((lr > math.log(2.0)) & (mask > 0)).any(1)
+  else:
+    g = lr.sum(1) / n
+    changed = (g < math.log(0.5)) | (g > math.log(5.0))
+  what = "truncated" if name == "tis" else "masked"
+  lengths, has = mask.sum(1), mask.sum(1) > 0
+  assert changed[has].any() and not changed[has].all()
+  for j in range(4):
+    sel = has & (np.clip(np.ceil(lengths / (T / 4)) - 1, 0, 3) == j)
+    np.testing.assert_allclose(float(m[f"{name}/frac_seqs_{what}_len{j}"]),
+                               changed[sel].mean() if sel.any() else 0.0, atol=1e-6)

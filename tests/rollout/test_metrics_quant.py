@@ -26,6 +26,8 @@ def test_mismatch_metrics_golden():
   qm, pm = q[0, :3], p[0, :3]
   np.testing.assert_allclose(float(out["prob_corr"]), np.corrcoef(qm, pm)[0, 1], rtol=1e-5)
   assert float(out["num_tokens"]) == 3
+  np.testing.assert_allclose(float(out["chi2"]), (r ** 2).mean() - 1, rtol=1e-5)
+  np.testing.assert_allclose(float(out["ppl_ratio"]), np.exp(-lr.mean()), rtol=1e-5)
   same = mismatch_metrics(jnp.log(q), jnp.log(q), mask)
   assert float(same["kl_q_p"]) == 0 and float(same["prob_corr"]) > 0.99999
   none = mismatch_metrics(jnp.log(q), jnp.log(q), 0 * mask)
@@ -34,6 +36,27 @@ def test_mismatch_metrics_golden():
   with np.errstate(divide="ignore"):
     bad = mismatch_metrics(jnp.log(q), jnp.log(p), np.ones_like(mask))
   assert all(np.isfinite(float(v)) for v in bad.values()) and float(bad["kl_q_p"]) > 1
+
+
+def test_mismatch_metrics_by_response_length():
+  """K3 per response-length quarter: the mean over the responses of that length of their
+  mean k3, and the fraction of them with mean |log r| > 0.1."""
+  rng = np.random.RandomState(0)
+  b, t = 12, 8
+  lengths = np.array([1, 2, 2, 3, 4, 5, 6, 7, 8, 8, 0, 6])
+  mask = (np.arange(t)[None] < lengths[:, None]).astype(np.float32)
+  logq = np.log(rng.uniform(0.1, 1, (b, t)))
+  logp = logq + rng.randn(b, t) * rng.choice([0.01, 0.5], (b, 1))
+  out = mismatch_metrics(jnp.asarray(logq), jnp.asarray(logp), jnp.asarray(mask), by_length=True)
+  lr = logp - logq
+  k3 = np.exp(lr) - 1 - lr
+  for j in range(4):
+    rows = [i for i in range(b) if lengths[i] and min(3, int(np.ceil(lengths[i] / 2)) - 1) == j]
+    want = np.mean([k3[i, :lengths[i]].mean() for i in rows])
+    far = np.mean([np.abs(lr[i, :lengths[i]]).mean() > 0.1 for i in rows])
+    np.testing.assert_allclose(float(out[f"kl_q_p_len{j}"]), want, rtol=1e-5)
+    np.testing.assert_allclose(float(out[f"frac_seqs_abs_log_ratio_gt_0.1_len{j}"]), far,
+                               atol=1e-6)
 
 
 def test_weight_quantization_per_channel_and_groups():
