@@ -120,10 +120,7 @@ def _table(finals, train_end, rejected, pairs, seeds, n_held) -> str:
                  " / ".join(toy_grid.pm(v) for v in rej.values()) or "–"])
   out += common.md_table(["sampler / estimator", "train CSR", "held-out CSR", "held-out AON",
                           "held-out CSR (greedy)", "KL(q‖p)", "rejected"], rows)
-  out += "\nPaired differences of held-out sampled CSR (variant − base, same seed), pp.\n\n"
-  prow = [[p["variant"], p["base"], f"{p['mean'] * 100:+.1f} ± {p['std'] * 100:.1f}",
-           f"{p['wins']} / {p['losses']}"] for p in pairs]
-  return out + common.md_table(["variant", "base", "Δ CSR (pp)", "wins / losses"], prow)
+  return out + toy_grid.paired_table(pairs)
 
 
 if __name__ == "__main__":

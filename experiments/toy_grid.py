@@ -111,6 +111,14 @@ def paired(runs: dict, a: str, b: str, key: str, auc: bool = False) -> dict:
           "wins": int((d > 0).sum()), "losses": int((d < 0).sum())}
 
 
+def paired_table(pairs, what: str = "held-out sampled CSR") -> str:
+  """The markdown table of `paired` results (variant − base, pp, wins / losses)."""
+  out = f"\nPaired differences of {what} (variant − base, same seed), pp.\n\n"
+  rows = [[p["variant"], p["base"], f"{p['mean'] * 100:+.1f} ± {p['std'] * 100:.1f}",
+           f"{p['wins']} / {p['losses']}"] for p in pairs]
+  return out + common.md_table(["variant", "base", "Δ CSR (pp)", "wins / losses"], rows)
+
+
 def mean_std(values) -> dict:
   v = np.asarray(values, np.float64)
   return {"values": v.tolist(), "mean": float(v.mean()),
