@@ -106,7 +106,7 @@ def test_truncated_metrics_line_does_not_crash_plot(tmp_path):
     recs = read_metrics(str(tmp_path))
   assert [r["step"] for r in recs] == [1, 2]
   with pytest.warns(UserWarning):
-    assert len(plot_runs([str(tmp_path)], str(tmp_path / "plots"))) == 2
+    assert len(plot_runs([str(tmp_path)], str(tmp_path / "plots"))) == 3  # cort, rewards, mismatch
 
 
 def test_trim_metrics_keeps_one_record_per_step(tmp_path):
