@@ -72,8 +72,10 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
       mesh_shape=(), max_staleness=0, lag=0))
   # reward: a registered name or "module:fn", its options, or weighted terms
   # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
-  c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", num_threads=0, options={},
-                                 terms=()))
+  # guard: csr / aon give 0 to degenerate answers the checkers accept (a repeated template,
+  # the same phrase over and over, text that is not language; rljax/rewards/hygiene.py)
+  c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", guard=True, num_threads=0,
+                                 options={}, terms=()))
   # CoRT ramp_steps: an int K, or a float f in (0, 1] = K = round(f · train.steps). λ reaches
   # 1 at update K (+ warmup_steps): the last of S steps is update S − 1, so f = 1.0 ends at
   # λ = SmoothStep((S − 1)/S) < 1 and f ≤ (S − 1)/S reaches 1 within the run. replay_policy: old (π_old) | ref (frozen initial
@@ -108,7 +110,11 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # eval.path: an IFEval-format JSONL (e.g. IFBench_test.jsonl) instead of the held-out split
   # at_start: also evaluate the initial policy (logged as step 0, the curve's baseline)
   c.eval = mlc.ConfigDict(dict(every=4, num_prompts=16, num_samples=4, path="", at_start=True))
-  c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True))
+  # wandb: Weights & Biases beside TensorBoard (pip install -r requirements-wandb.txt);
+  # mode offline writes <workdir>/wandb/ for `wandb sync` (no network needed), online streams;
+  # name: default the workdir's name
+  c.log = mlc.ConfigDict(dict(tensorboard=True, plot=True, wandb=mlc.ConfigDict(dict(
+      enabled=False, project="rljax", entity="", name="", mode="offline"))))
   if a.cpu:
     apply_cpu(c)
   if a.tiny:

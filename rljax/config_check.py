@@ -212,6 +212,15 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   _need(cfg.checkpoint.every >= 0 and cfg.checkpoint.keep >= 1, "checkpoint",
         "need every >= 0 and keep >= 1")
   _need(cfg.eval.every >= 0, "eval.every", "must be >= 0 (0 = only at the end)")
+  w = cfg.log.wandb
+  if w.enabled:
+    from rljax.tracking import MODES
+    _need(w.mode in MODES, "log.wandb.mode", f"{w.mode!r}; valid: {', '.join(MODES)}")
+    try:
+      import wandb  # noqa: F401
+    except ImportError:
+      _need(False, "log.wandb.enabled", "needs the wandb package: pip install -r "
+            "requirements-wandb.txt (or log.wandb.enabled=False)")
   # objective: names against the registry, combinations with reasons
   try:
     with warnings.catch_warnings(record=True) as caught:

@@ -1,4 +1,5 @@
-"""Run metrics: JSONL (always), TensorBoard event files (tensorboardX), a console line.
+"""Run metrics: JSONL (always), TensorBoard event files (tensorboardX), Weights & Biases
+(optional, `rljax.tracking`), a console line.
 
 The run directory may be a bucket (`gs://...`, through rljax.paths): TensorBoard events
 are then written to a local directory and copied up at every flush. Only the writer
@@ -51,8 +52,10 @@ class CompileClock:
 
 class MetricsWriter:
   def __init__(self, workdir: str, tensorboard: bool = True, total_steps: int = 0,
-               active: bool = True):
+               active: bool = True, wandb=None):
+    """`wandb`: a `rljax.tracking.WandbLogger` that gets every record and sample too."""
     self.active, self.total_steps, self._t0 = active, total_steps, time.time()
+    self._wandb = wandb if active else None
     self._tb, self._f, self._lines, self._tb_remote = None, None, None, None
     self._step_times: list[float] = []
     if not active:
@@ -89,6 +92,8 @@ class MetricsWriter:
       self._tb.flush()
       if self._tb_remote:
         paths.upload_dir(self._tb_dir, self._tb_remote)
+    if self._wandb is not None:
+      self._wandb.log(step, clean)
 
   def console(self, step: int, metrics: dict) -> None:
     """One progress line: [####....] step/total reward csr aon loss tok/s step_s compile ETA
@@ -138,6 +143,8 @@ class MetricsWriter:
       md = "\n\n".join(f"**prompt** {r.get('prompt', '')}\n\n**response** {r.get('response', '')}"
                         f"\n\n**reward** {r.get('reward', '')}" for r in rows)
       self._tb.add_text("samples", md, step)
+    if self._wandb is not None:
+      self._wandb.samples(step, rows)
 
   def truncate_after(self, step: int) -> int:
     """Drops records after `step` (a resumed run rewrites them); returns how many."""
@@ -154,6 +161,9 @@ class MetricsWriter:
     return dropped
 
   def close(self) -> None:
+    if self._wandb is not None:
+      self._wandb.close()
+      self._wandb = None
     if self._f is not None:
       self._f.close()
     if self._tb is not None:

@@ -100,8 +100,12 @@ class Trainer:
         # so several processes run the two stages in turn, each on its own devices
         overlap=self.place.disaggregated and jax.process_count() == 1)
     self.keys = Keys(cfg.seed)
+    wandb = None
+    if cfg.log.wandb.enabled and dist.is_writer():
+      from rljax.tracking import WandbLogger
+      wandb = WandbLogger(self.workdir, cfg.log.wandb, cfg.to_dict())
     self.log = MetricsWriter(self.workdir, tensorboard=cfg.log.tensorboard,
-                             total_steps=cfg.train.steps, active=dist.is_writer())
+                             total_steps=cfg.train.steps, active=dist.is_writer(), wandb=wandb)
     self.evaluate = Evaluator(collector(self.mesh), self.data.eval_examples, reward_fn, self.log,
                               cfg.eval.num_samples)
     self.ckpt = RunCheckpoints(self.workdir, cfg.checkpoint, cfg.seed, self.data.batches,

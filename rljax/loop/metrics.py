@@ -15,7 +15,7 @@ def rollout_metrics(roll, batch) -> dict:
          # x+ columns after prompt bucketing (data.prompt_bucket)
          "rollout/prompt_len": float(batch.tokens_BxL.shape[1] - mask.shape[1]),
          "rollout/resample_tries": roll.resample_tries}
-  for k in ("csr", "aon", "overlong_penalty", "accuracy"):
+  for k in ("csr", "aon", "overlong_penalty", "accuracy", "degenerate"):
     if k in info:
       out[f"reward/{k}"] = float(np.mean(info[k]))
   for k in info:  # each term of a weighted reward (`reward.terms`), unweighted

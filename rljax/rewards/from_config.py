@@ -3,6 +3,8 @@
     reward.name     "csr" | "aon" | "math_accuracy" | any registered name | "pkg.module:fn"
     reward.options  {option: value} for that reward (e.g. {"mode": "loose"})
     reward.mode     "strict" | "loose", passed to rewards that take a `mode` option
+    reward.guard    True | False, passed to rewards that take a `guard` option (csr, aon:
+                    a degenerate answer earns 0, rljax/rewards/hygiene.py)
     reward.terms    () or several rewards with weights, each a dict
                     {"name": ..., "weight": 1.0, **options}; the run's reward is
                     sum_i weight_i * reward_i (each term logged as reward/<name>)
@@ -44,11 +46,14 @@ def resolve(name: str) -> Reward:
                    "function or Reward")
 
 
-def bind(reward: Reward, options: Mapping[str, Any], mode: str | None) -> Reward:
-  """`reward` with `options`; `mode` only where the reward takes a mode option."""
+def bind(reward: Reward, options: Mapping[str, Any], mode: str | None,
+         guard: bool | None = None) -> Reward:
+  """`reward` with `options`; `mode` / `guard` only where the reward takes that option."""
   options = dict(options)
   if mode is not None and "mode" in reward.valid_options and "mode" not in options:
     options["mode"] = mode
+  if guard is not None and "guard" in reward.valid_options and "guard" not in options:
+    options["guard"] = bool(guard)
   return reward.with_options(**options) if options else reward
 
 
@@ -82,15 +87,15 @@ def _plain(d: Any) -> dict:
 
 def build_reward(rcfg) -> Reward | WeightedReward:
   """The reward of a config's `reward` section (see the module docstring)."""
-  mode = rcfg.get("mode", None)
+  mode, guard = rcfg.get("mode", None), rcfg.get("guard", None)
   terms = list(rcfg.get("terms", ()) or ())
   if not terms:
-    return bind(resolve(rcfg.name), _plain(rcfg.get("options", {})), mode)
+    return bind(resolve(rcfg.name), _plain(rcfg.get("options", {})), mode, guard)
   built = []
   for i, term in enumerate(terms):
     term = _plain(term)
     if "name" not in term:
       raise ValueError(f"reward.terms[{i}] needs a 'name' (got {term!r})")
     name, weight = term.pop("name"), float(term.pop("weight", 1.0))
-    built.append((name, weight, bind(resolve(name), term, mode)))
+    built.append((name, weight, bind(resolve(name), term, mode, guard)))
   return WeightedReward(built)

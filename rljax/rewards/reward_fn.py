@@ -31,6 +31,7 @@ import numpy as np
 
 from rljax import registry
 from rljax.rewards import verifier
+from rljax.rewards.hygiene import degenerate
 
 KIND = "reward"
 
@@ -163,14 +164,28 @@ def _if_info(passed: list[bool], example: Mapping[str, Any]) -> tuple[float, dic
                "csr": sum(passed) / len(passed), "aon": aon}
 
 
+def _guarded(info: dict[str, Any], response: str, guard: bool) -> dict[str, Any]:
+  """With `guard`, a degenerate answer (`rljax.rewards.hygiene`) earns 0 (csr and aon)."""
+  kind = degenerate(response) if guard else None
+  info.update(degenerate=float(kind is not None), degenerate_kind=kind or "")
+  if kind is not None:
+    info.update(csr=0.0, aon=0.0)
+  return info
+
+
 @register_reward("csr")
-def csr(response, example, mode="strict"):
-  """Constraint satisfaction rate: fraction of criteria the response satisfies."""
+def csr(response, example, mode="strict", guard=True):
+  """Constraint satisfaction rate: fraction of criteria the response satisfies (0 for a
+  degenerate answer with `guard`)."""
   _, info = _if_info(criteria_results(response, example, mode, "csr"), example)
+  info = _guarded(info, response, guard)
   return info["csr"], info
 
 
 @register_reward("aon")
-def aon(response, example, mode="strict"):
-  """All-or-nothing: 1 iff every criterion is satisfied."""
-  return _if_info(criteria_results(response, example, mode, "aon"), example)
+def aon(response, example, mode="strict", guard=True):
+  """All-or-nothing: 1 iff every criterion is satisfied (0 for a degenerate answer with
+  `guard`)."""
+  _, info = _if_info(criteria_results(response, example, mode, "aon"), example)
+  info = _guarded(info, response, guard)
+  return info["aon"], info

