@@ -30,6 +30,7 @@ import optax
 
 from rljax import registry
 from rljax.objectives import broadcast_advantage, make_normalizer
+from rljax.objectives.common import require
 from rljax.replay import replay_scores
 from rljax.scoring import response_outputs
 from rljax.rollout.metrics import mismatch_metrics
@@ -140,16 +141,10 @@ def tokens_in_loss(sc: StepConfig, batch: dict, p_logp):
     metrics.update({f"transform/{k}": v for k, v in k_metrics.items()})
     mask = jnp.where(kept, mask, 0.0)
     if obj.baseline_over_kept:
-      adv_B, a_metrics = obj.advantages(require_rewards(batch), jnp.any(mask > 0, axis=-1))
+      rewards = require(batch, "rewards_B", "the group baseline over the kept responses")
+      adv_B, a_metrics = obj.advantages(rewards, jnp.any(mask > 0, axis=-1))
       metrics.update(a_metrics)
   return dict(batch, mask_BxN=mask, sampler_logp_BxN=q, adv_B=adv_B), p_logp, metrics
-
-
-def require_rewards(batch):
-  if "rewards_B" not in batch:
-    raise ValueError("the group baseline over the kept responses (rejection with "
-                     f"baseline='kept') needs 'rewards_B' in the batch; got {sorted(batch)}")
-  return batch["rewards_B"]
 
 
 def _loss_batch(batch: dict, old_logp, minus_logp, norm, plus_logp=None) -> dict:

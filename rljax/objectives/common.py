@@ -115,14 +115,21 @@ def seq_mean(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
 LENGTH_BINS = 4
 
 
+def length_bin_means(prefix: str, x_B: jax.Array, mask_BxT: jax.Array,
+                     num_bins: int = LENGTH_BINS) -> Metrics:
+  """Mean of x over the responses with tokens in `mask_BxT`, per response-length bin:
+  `{prefix}_len{j}` for lengths in (j·T/num_bins, (j+1)·T/num_bins] (T the padded length),
+  0 for an empty bin."""
+  bin_B, has_B = length_bin(mask_BxT, num_bins)
+  x = jnp.where(has_B, x_B.astype(fdtype()), 0.0)
+  return {f"{prefix}_len{j}": masked_mean(x, has_B & (bin_B == j)) for j in range(num_bins)}
+
+
 def length_bin_fracs(prefix: str, flag_B: jax.Array, mask_BxT: jax.Array,
                      num_bins: int = LENGTH_BINS) -> Metrics:
-  """Fraction of the responses with tokens in `mask_BxT` that are flagged, per response-length
-  bin: `{prefix}_len{j}` for lengths in (j·T/num_bins, (j+1)·T/num_bins] (T the padded
-  length), 0 for an empty bin."""
-  bin_B, has_B = length_bin(mask_BxT, num_bins)
-  flag = (flag_B & has_B).astype(fdtype())
-  return {f"{prefix}_len{j}": masked_mean(flag, has_B & (bin_B == j)) for j in range(num_bins)}
+  """Fraction of the responses that are flagged, per response-length bin
+  (`length_bin_means` of the flag)."""
+  return length_bin_means(prefix, flag_B, mask_BxT, num_bins)
 
 
 def length_bin(mask_BxT: jax.Array, num_bins: int = LENGTH_BINS):

@@ -28,7 +28,8 @@ import math
 import jax.numpy as jnp
 
 from rljax.objectives.common import check_choice, fdtype, length_bin_fracs, masked_mean
-from rljax.objectives.common import register_entry, require, sg
+from rljax.objectives.common import register_entry
+from rljax.objectives.mismatch import mismatch_log_ratio
 from rljax.objectives.transforms import EmptyState, KIND, TokenTransform
 
 CRITERIA = {"ratio": ("token", "seq_geo", "seq_prod"), "veto": ("seq",),
@@ -67,11 +68,8 @@ class RejectConfig:
 
 def log_ratio(batch, who: str):
   """(log r clipped to ±20, active mask) on the tokens in the loss, stop-gradient."""
-  mask = require(batch, "mask_BxT", who)
-  lr = (sg(require(batch, "old_logp_BxT", who)).astype(fdtype())
-        - sg(require(batch, "sampler_logp_BxT", who)).astype(fdtype()))
-  active = mask > 0
-  return jnp.where(active, jnp.clip(lr, -_CLIP, _CLIP), 0.0), active
+  lr, mask = mismatch_log_ratio(batch, who)
+  return jnp.clip(lr, -_CLIP, _CLIP), mask > 0
 
 
 def k3(log_r):

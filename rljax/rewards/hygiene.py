@@ -9,9 +9,10 @@ answer. `degenerate(response)` names the kind, or returns None for an ordinary a
   same line or phrase over and over.
 
 `csr` and `aon` (with `guard=True`, the default; `reward.guard` in a run config) give such an
-answer 0 and log `degenerate` = 1 for it. There is no check for text that is not language: word-shape rules flagged correct answers of
-IFBench's own sample outputs (Japanese without spaces, CSV, LaTeX, brand names such as
-`NeonVibe`), so noise that the checkers accept still earns its reward.
+answer 0 and log `degenerate` = 1 for it. There is no check for text that is not language:
+word-shape rules flagged correct answers of IFBench's own sample outputs (Japanese without
+spaces, CSV, LaTeX, brand names such as `NeonVibe`), so noise that the checkers accept still
+earns its reward.
 """
 from __future__ import annotations
 

@@ -47,14 +47,10 @@ def mismatch_metrics(logq_BxT, logp_BxT, mask_BxT, by_length: bool = False) -> d
       "num_tokens": n,
   }
   if by_length:
-    from rljax.objectives.common import LENGTH_BINS, length_bin, length_bin_fracs
-    active = m > 0
+    from rljax.objectives.common import length_bin_fracs, length_bin_means
     t_B = jnp.maximum(jnp.sum(m, -1), 1.0)
     k3_B = jnp.sum((jnp.expm1(log_r) - log_r) * m, -1) / t_B
     far_B = jnp.sum(jnp.abs(log_r) * m, -1) / t_B > 0.1
-    out.update(length_bin_fracs("frac_seqs_abs_log_ratio_gt_0.1", far_B, active))
-    bin_B, has_B = length_bin(m)
-    for j in range(LENGTH_BINS):
-      sel = (has_B & (bin_B == j)).astype(jnp.float32)
-      out[f"kl_q_p_len{j}"] = jnp.sum(k3_B * sel) / jnp.maximum(jnp.sum(sel), 1.0)
+    out.update(length_bin_fracs("frac_seqs_abs_log_ratio_gt_0.1", far_B, m))
+    out.update(length_bin_means("kl_q_p", k3_B, m))
   return out
