@@ -38,7 +38,7 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   0.2 / 0.27, 4 mini-batches of whole groups = 4 PPO updates per rollout batch); `:cpu`
   is the README's minutes-long main job on 2 CPU cores; `:tiny` a seconds-long random model.
   """
-  a = parse_arg(arg, tiny=False, cpu=False, model="smollm2", steps=0)
+  a = parse_arg(arg, tiny=False, cpu=False, model="smollm2", steps=0, lora=0, qlora=0)
   c = mlc.ConfigDict()
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
@@ -48,6 +48,12 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # SmolLM2 step at 0.49x today's peak memory and no slower) | "full" (keep layer inputs);
   # attention: "dense" | "blockwise" | "splash" (Pallas TPU kernels) | "auto" (splash on TPU)
   # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time.
+  # lora: train rank-`rank` adapters on the projections whose names fully match `targets`
+  # (wq wk wv wo w_gate w_up w_down), scaled by alpha / rank, over a frozen base (rank 0:
+  # train every weight); base_bits 8 / 4 stores the frozen base as integers (QLoRA).
+  # rljax/models/lora.py; `:lora=R` (and `qlora=8|4`) sets them with a 10x learning rate.
+  c.model.lora = mlc.ConfigDict(dict(rank=0, alpha=32.0, base_bits=0,
+                                     targets="wq|wk|wv|wo|w_gate|w_up|w_down"))
   # a random tiny decoder (used when model.tiny); the tokenizer is still the model path's
   c.model.tiny_config = mlc.ConfigDict(dict(
       model_type="qwen3", hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -73,7 +79,7 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # reward: a registered name or "module:fn", its options, or weighted terms
   # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
   # guard: csr / aon give 0 to degenerate answers the checkers accept (a repeated template,
-  # the same phrase over and over, text that is not language; rljax/rewards/hygiene.py)
+  # the same phrase over and over, glued subword noise; rljax/rewards/hygiene.py)
   c.reward = mlc.ConfigDict(dict(name="csr", mode="strict", guard=True, num_threads=0,
                                  options={}, terms=()))
   # CoRT ramp_steps: an int K, or a float f in (0, 1] = K = round(f · train.steps). λ reaches
@@ -121,7 +127,17 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
     apply_tiny(c)
   if a.steps:
     c.train.steps = a.steps
+  if a.lora or a.qlora:
+    apply_lora(c, a.lora or 16, a.qlora)
   return c
+
+
+def apply_lora(c: mlc.ConfigDict, rank: int, base_bits: int = 0) -> None:
+  """Adapters of rank `rank` on every projection (alpha 32), over a float (base_bits 0) or
+  integer (8 / 4: QLoRA) frozen base, with 10x the learning rate of full fine-tuning (the
+  usual ratio for LoRA at this alpha)."""
+  c.model.lora.rank, c.model.lora.base_bits = int(rank), int(base_bits)
+  c.optim.lr = 10 * c.optim.lr
 
 
 # The main job's criteria: ones SmolLM2-135M satisfies sometimes within 48 tokens (15-60 %

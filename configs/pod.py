@@ -15,7 +15,7 @@ Each setting names the slice it was compiled for
 gradient accumulation that fit there (experiments/README.md, "Pods: AOT compile").
 """
 from configs import cort_dapo, cort_grpo, cort_gspo, dapo, grpo, gspo
-from configs.common import parse_arg
+from configs.common import apply_lora, parse_arg
 
 # (objective, cort) -> the config module whose objective block the pod run uses; GSPO with
 # CoRT is the token-level GSPO (normalized token weights cancel in the sequence ratio)
@@ -76,10 +76,18 @@ SETTINGS = {
 # ("rotated_pincer_emitter_base.cc: Check failed: get_loop_bound(color) == loop_bound").
 DISAGGREGATED = {"qwen3_4b": (2, -1, 1)}
 
+# lora=R: rank-R adapters on every projection over the frozen float base (qlora=8|4: an
+# integer base), on a quarter of the full fine-tuning slice: (topology, mesh, grad_accum).
+# No optimizer state or weight gradient for the base: its f32 copy and the merged weights
+# the sampler reads are what stay per chip.
+LORA_SETTINGS = {
+    "qwen3_14b": ("v5p:2x2x2", (1, -1, 1), 2),
+}
+
 
 def get_config(arg=None):
   a = parse_arg(arg, model="qwen3_4b", objective="grpo", cort=True, reward="csr",
-                placement="colocated")
+                placement="colocated", lora=0, qlora=0)
   if a.model not in SETTINGS:
     raise ValueError(f"unknown pod model {a.model!r}; valid: {', '.join(SETTINGS)}")
   if (a.objective, True) not in OBJECTIVES:
@@ -87,6 +95,12 @@ def get_config(arg=None):
   if a.reward not in ("csr", "aon"):
     raise ValueError(f"unknown pod reward {a.reward!r}; valid: csr, aon")
   topology, mesh, accum = SETTINGS[a.model]
+  lora = a.lora or (16 if a.qlora else 0)
+  if lora:
+    if a.model not in LORA_SETTINGS:
+      raise ValueError(f"lora: a compiled setting exists for {', '.join(LORA_SETTINGS)} only, "
+                       f"not {a.model!r}")
+    topology, mesh, accum = LORA_SETTINGS[a.model]
   c = OBJECTIVES[(a.objective, bool(a.cort))].get_config()
   c.reward.name = a.reward
   c.topology = topology
@@ -104,6 +118,8 @@ def get_config(arg=None):
     c.objective.overlong_cache = c.rollout.max_new_tokens // 4
   c.optim.lr, c.optim.warmup_steps = 1e-6, 10
   c.checkpoint.every, c.eval.every, c.eval.num_prompts = 25, 25, 128
+  if lora:
+    apply_lora(c, lora, a.qlora)
   if a.placement == "disaggregated":
     if a.model not in DISAGGREGATED:
       raise ValueError(f"placement=disaggregated has a compiled setting for "

@@ -112,7 +112,7 @@ def _compile(lowered):
 def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
                remat: str | bool, replay: bool, use_ref: bool, epochs: int = 1,
                num_minibatches: int = 1, fused: bool | None = None,
-               bypass: bool = False) -> dict:
+               bypass: bool = False, lora=None) -> dict:
   """FLOPs (multiply-add = 2) of one RL step: rollout (prefill + decode at full length)
   and the training of one rollout batch. μ = epochs × num_minibatches = 1: the fused step
   (forward, backward, remat recompute, replay and ref forwards). `remat` (model.remat;
@@ -122,8 +122,11 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
   forward of π_old (and the replay) over the batch, then every row trained `epochs` times
   (each update: forward, backward, remat, ref forward); `fused` False scores first at μ = 1
   too (grad_accum with truncated scoring or rejection). `bypass` (π_old := the sampler's log q)
-  drops the π_old forward unless the CoRT replay needs ℓ⁺. Attention is counted dense over
-  its key span (what the code computes, masked)."""
+  drops the π_old forward unless the CoRT replay needs ℓ⁺. `lora` (a LoraConfig): the
+  backward computes no weight gradient of the frozen base (projections and unembedding: the
+  input gradient only) and adds the adapters' products (forward, input and adapter
+  gradients). Attention is counted dense over its key span (what the code computes,
+  masked)."""
   c = mcfg
   d, e, h, k, f, v, n_l = (c.hidden_size, c.head_dim, c.num_heads, c.num_kv_heads,
                            c.intermediate_size, c.vocab_size, c.num_layers)
@@ -145,7 +148,13 @@ def step_flops(mcfg, rows: int, prompt: int, replay_prompt: int, response: int,
   length = prompt + response
   score = lambda t: rows * (fwd(t, t) + 2 * unembed * response)  # a forward-only pass
   recompute = {"none": 0, "dots": attn(length, length), "full": fwd(length, length)}[remat]
-  policy = rows * (3 * fwd(length, length) + recompute + 4 * unembed * response)
+  if lora is None:
+    policy = rows * (3 * fwd(length, length) + recompute + 4 * unembed * response)
+  else:
+    from rljax.models.lora import io_sizes
+    adapters = n_l * lora.rank * sum(sum(io_sizes(c)[t]) for t in lora.names)
+    policy = rows * (2 * fwd(length, length) + attn(length, length) + recompute
+                     + 3 * unembed * response + 3 * 2 * adapters * length)
   replay_fwd = score(replay_prompt + response) if replay else 0
   ref = score(length) if use_ref else 0
   if fused is None:
@@ -168,6 +177,9 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   from rljax.config_check import validate_config
   from rljax.models import _abstract
   from rljax.loop import build_step_parts
+  from rljax.loop.build import lora_config
+  import jax
+  import numpy as np
 
   from rljax.loop.placement import make_placement
   devices = topology_devices(topology)
@@ -184,12 +196,20 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   pure = nnx.to_pure_dict(abs_state)
   params = _shaped(pure, shd.param_shardings(pure, mesh))
   objective, optimizer, step_cfg = build_step_parts(cfg, mcfg.vocab_size)
+  lora = lora_config(cfg)
+  train = _lora_train_parts(mcfg, cfg.model.remat, lora, mesh) if lora else None
   report = {"topology": topology, "chip": kind, "chips": len(devices),
             "mesh": dict(mesh.shape), "hbm_per_chip": hbm, "peak_flops_per_chip": peak,
             "model": {k: getattr(mcfg, k) for k in (
                 "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_layers",
                 "num_heads", "num_kv_heads", "head_dim", "param_dtype", "dtype", "attention")},
             "remat": remat, "programs": {}}
+  if lora:
+    report["lora"] = {"rank": lora.rank, "alpha": lora.alpha, "targets": list(lora.names),
+                      "base_bits": lora.base_bits,
+                      "trained_params": int(sum(np.prod(x.shape)
+                                                for x in jax.tree.leaves(train[1]))),
+                      "base_bytes_per_chip": _per_chip_bytes(train[2])}
   if place.disaggregated:
     report["placement"] = {"sampler_chips": place.sampler_mesh.size,
                            "sampler_mesh": dict(place.sampler_mesh.shape),
@@ -200,23 +220,44 @@ def compile_run(cfg, topology: str, model_cfg=None, sampler: bool = True) -> dic
   flops = step_flops(mcfg, d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
                      r.max_new_tokens, remat, step_cfg.replay, step_cfg.use_ref,
                      epochs=t.inner_epochs, num_minibatches=t.num_minibatches,
-                     fused=step_cfg.fused_scoring, bypass=step_cfg.old_policy == "bypass")
+                     fused=step_cfg.fused_scoring, bypass=step_cfg.old_policy == "bypass",
+                     lora=lora)
   report.update(flops=flops, ideal_step_seconds=flops["total"] / (peak * len(devices)))
   t0 = time.time()
   try:
     _compile_programs(report, cfg, mcfg, place, graphdef, abs_state, params, objective,
-                      optimizer, step_cfg, sampler)
+                      optimizer, step_cfg, sampler, train)
   except DoesNotFit as e:
     report.update(fits=False, error=str(e), peak_hbm_per_chip=None)
   report["compile_seconds"] = time.time() - t0
   return report
 
 
+def _lora_train_parts(mcfg, remat, lora, mesh):
+  """(the LoRA decoder's graphdef, the adapters, the frozen base — integers for QLoRA) as
+  sharded shapes: what a LoRA run's update reads."""
+  from flax import nnx
+  from rljax import sharding as shd
+  from rljax.models.decoder import Decoder
+  from rljax.models.lora import adapter_shapes
+  graphdef, state = nnx.split(nnx.eval_shape(lambda: Decoder(mcfg, nnx.Rngs(0), remat=remat,
+                                                             lora=lora)))
+  base = nnx.to_pure_dict(state)
+  adapters = adapter_shapes(mcfg, lora)
+  return (graphdef, _shaped(adapters, shd.param_shardings(adapters, mesh)),
+          _shaped(base, shd.param_shardings(base, mesh)))
+
+
 def _compile_programs(report, cfg, mcfg, place, graphdef, abs_state, params, objective,
-                      optimizer, step_cfg, sampler=True):
+                      optimizer, step_cfg, sampler=True, train=None):
   """The train program (report["programs"]["train_step"]) on the trainer's mesh and the
-  sampler's on its own (the same mesh when colocated), and the peak per chip."""
+  sampler's on its own (the same mesh when colocated), and the peak per chip. `train`: a
+  LoRA run's (graphdef, adapters, base) (`_lora_train_parts`); the sampler then reads the
+  merged float weights (`params`)."""
   mesh = place.trainer_mesh
+  s_graphdef, s_params = graphdef, params
+  if train is not None:
+    graphdef, params, base = train
   import jax
   from rljax import sharding as shd
   from rljax.loop import batch_layout, needs_ref_params
@@ -227,8 +268,9 @@ def _compile_programs(report, cfg, mcfg, place, graphdef, abs_state, params, obj
   state = _shaped(jax.eval_shape(init_fn, params), shd.state_shardings(init_fn, params, mesh))
   # the trainer's batch (rljax.loop.TrainBatch) at the config's longest prompts
   batch = batch_layout(cfg, step_cfg).spec(mesh)
-  # a frozen reference copy, as the trainer holds one (KL, or the CoRT replay scored by it)
-  ref = params if needs_ref_params(step_cfg) else None
+  # a frozen reference copy, as the trainer holds one (KL, or the CoRT replay scored by it);
+  # with LoRA, the frozen base
+  ref = base if train is not None else params if needs_ref_params(step_cfg) else None
   sh = lambda tree: None if tree is None else jax.tree.map(lambda x: x.sharding, tree)
   t = cfg.train
   update = jit_update(graphdef, optimizer, step_cfg, epochs=t.inner_epochs,
@@ -246,13 +288,16 @@ def _compile_programs(report, cfg, mcfg, place, graphdef, abs_state, params, obj
   report["opt_state_bytes_per_chip"] = _per_chip_bytes(state.opt_state)
   s_mesh = place.sampler_mesh
   if sampler:
-    s_params = params if not place.disaggregated else _shaped(
-        params, shd.param_shardings(params, s_mesh))
-    _compile_sampler(report, cfg, mcfg, s_mesh, graphdef, abs_state, s_params)
+    if place.disaggregated:
+      s_params = _shaped(s_params, shd.param_shardings(s_params, s_mesh))
+    _compile_sampler(report, cfg, mcfg, s_mesh, s_graphdef, abs_state, s_params)
   # peak per chip: the train program (state donated in place), or a sampler program plus
-  # the optimizer state that stays resident while it runs (colocated); disaggregated, the
-  # sampler's chips hold its programs alone
+  # the optimizer state (and a LoRA run's frozen base, beside the merged weights the sampler
+  # reads) that stay resident while it runs (colocated); disaggregated, the sampler's chips
+  # hold its programs alone (a LoRA run's base too: the adapters merge into it there)
   opt = 0 if place.disaggregated else report["opt_state_bytes_per_chip"]
+  if train is not None:
+    opt += report["lora"]["base_bytes_per_chip"]
   progs = report["programs"]
   sampling = [progs[k]["total"] + opt for k in ("prefill", "decode") if k in progs]
   peak_bytes = max([progs["train_step"]["total"]] + sampling)
@@ -303,6 +348,12 @@ def format_report(rep: dict) -> str:
   if rd:
     lines.append(f"  {rd['num_layers']} of the model's {rd['of']} layers (--num_layers): "
                  "the memory and FLOPs below are those of the cut-down model")
+  lo = rep.get("lora")
+  if lo:
+    lines.append(f"  LoRA rank {lo['rank']} on {', '.join(lo['targets'])}: "
+                 f"{lo['trained_params']:,} trained params; frozen base "
+                 f"{'int%d' % lo['base_bits'] if lo['base_bits'] else 'float'}, "
+                 f"{gib(lo['base_bytes_per_chip'])} per chip")
   pl = rep.get("placement")
   if pl:
     lines.append(f"  disaggregated: sampler on {pl['sampler_chips']} chips {pl['sampler_mesh']}, "

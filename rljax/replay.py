@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from rljax.scoring import response_outputs
+from rljax.scoring import policy_params, response_outputs
 
 REPLAY_POLICIES = ("old", "ref")
 REPLAY_MODES = ("all", "per_criterion")
@@ -33,12 +33,14 @@ def replay_scores(graphdef, params, ref_params, batch: dict, sc, old_logp_BxN) -
   not scored, as in bypass mode, so ℓ⁺ is scored here).
   """
   full = full_distribution(sc)
-  pol = ref_params if sc.replay_policy == "ref" else params
-  pol = jax.lax.stop_gradient(pol)
+  pol, adapters = ((ref_params, None) if sc.replay_policy == "ref"
+                   else policy_params(params, ref_params, sc))
+  pol, adapters = jax.lax.stop_gradient((pol, adapters))
   n = sc.response_len
 
   def score(tokens, mask):
-    return jax.lax.stop_gradient(response_outputs(graphdef, pol, tokens, mask, n, full)["logp_BxT"])
+    return jax.lax.stop_gradient(response_outputs(graphdef, pol, tokens, mask, n, full,
+                                                  adapters=adapters)["logp_BxT"])
 
   truncated = sc.top_k or sc.top_p < 1.0
   if sc.replay_policy == "old" and not truncated and old_logp_BxN is not None:

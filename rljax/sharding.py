@@ -38,16 +38,25 @@ PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"^embed$", ("vocab", "embed")),
     (r"^lm_head$", ("embed", "vocab")),
     (r"^final_norm$", ("norm",)),
-    (r"^layers/wq$", ("layers", "embed", "heads", "head_dim")),
-    (r"^layers/w[kv]$", ("layers", "embed", "kv_heads", "head_dim")),
-    (r"^layers/wo$", ("layers", "heads", "head_dim", "embed")),
+    (r"^layers/wq(_scale)?$", ("layers", "embed", "heads", "head_dim")),
+    (r"^layers/w[kv](_scale)?$", ("layers", "embed", "kv_heads", "head_dim")),
+    (r"^layers/wo(_scale)?$", ("layers", "heads", "head_dim", "embed")),
     (r"^layers/bq$", ("layers", "heads", "head_dim")),
     (r"^layers/b[kv]$", ("layers", "kv_heads", "head_dim")),
     (r"^layers/(bo|b_down)$", ("layers", "norm")),
     (r"^layers/b_(gate|up)$", ("layers", "mlp")),
     (r"^layers/(attn_norm|mlp_norm|q_norm|k_norm)$", ("layers", "norm")),
-    (r"^layers/w_(gate|up)$", ("layers", "embed", "mlp")),
-    (r"^layers/w_down$", ("layers", "mlp", "embed")),
+    (r"^layers/w_(gate|up)(_scale)?$", ("layers", "embed", "mlp")),
+    (r"^layers/w_down(_scale)?$", ("layers", "mlp", "embed")),
+    # LoRA adapters (rljax.models.lora), <projection>/a [L, in, r] and <projection>/b
+    # [L, r, out]: A's input and B's output split like the projection's, the rank whole
+    (r"^(wq|w[kv]|w_gate|w_up)/a$", ("layers", "embed", None)),
+    (r"^wo/a$", ("layers", "heads", None)),
+    (r"^w_down/a$", ("layers", "mlp", None)),
+    (r"^wq/b$", ("layers", None, "heads")),
+    (r"^w[kv]/b$", ("layers", None, "kv_heads")),
+    (r"^(wo|w_down)/b$", ("layers", None, "embed")),
+    (r"^w_(gate|up)/b$", ("layers", None, "mlp")),
 )
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from rljax import registry
 from rljax.objectives import broadcast_advantage, make_normalizer
 from rljax.objectives.common import require
 from rljax.replay import replay_scores
-from rljax.scoring import response_outputs
+from rljax.scoring import policy_params, response_outputs
 from rljax.rollout.metrics import mismatch_metrics
 from rljax.sharding import mesh_scope
 
@@ -65,6 +65,7 @@ class StepConfig:
   replay_mode: str = "all"       # x⁻ = no criteria ("all") or x⁺ minus criterion j ("per_criterion")
   num_criteria_ids: int = 0      # per_criterion: size of the criterion-id table (metrics)
   old_policy: str = "decoupled"  # π_old re-scored by the trainer | "bypass": π_old := log q
+  lora: bool = False             # params are LoRA adapters over the frozen base `ref_params`
 
 
 def make_optimizer(lr: float, *, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
@@ -99,9 +100,10 @@ def score_batch(graphdef, params, batch: dict, sc: StepConfig, ref_params=None) 
   params = jax.lax.stop_gradient(params)
   out = {}
   if sc.old_policy != "bypass":
-    out["old_logp_BxN"] = response_outputs(graphdef, params, batch["tokens_BxL"],
+    base, adapters = policy_params(params, ref_params, sc)
+    out["old_logp_BxN"] = response_outputs(graphdef, base, batch["tokens_BxL"],
                                            batch["attn_mask_BxL"], sc.response_len,
-                                           sc)["logp_BxT"]
+                                           sc, adapters=adapters)["logp_BxT"]
   if sc.replay:
     rep = replay_scores(graphdef, params, ref_params, batch, sc, out.get("old_logp_BxN"))
     out.update({("plus_logp_BxN" if k == "logp_plus_BxN" else
@@ -185,8 +187,10 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
     mb = dict(mb, ref_logp_BxN=response_outputs(
         graphdef, jax.lax.stop_gradient(ref_params), mb["tokens_BxL"], mb["attn_mask_BxL"],
         sc.response_len, sc)["logp_BxT"])
-  out = response_outputs(graphdef, params, mb["tokens_BxL"], mb["attn_mask_BxL"],
-                         sc.response_len, sc, mb.get("head_ids_BxNxK") if sc.head_k else None)
+  base, adapters = policy_params(params, ref_params, sc)  # LoRA: the adapters are differentiated
+  out = response_outputs(graphdef, base, mb["tokens_BxL"], mb["attn_mask_BxL"],
+                         sc.response_len, sc, mb.get("head_ids_BxNxK") if sc.head_k else None,
+                         adapters=adapters)
   logp_sg = jax.lax.stop_gradient(out["logp_BxT"])
   bypass = sc.old_policy == "bypass"
   if sc.fused_scoring:

@@ -75,9 +75,13 @@ class Trainer:
     self.data = build_data(cfg, self.workdir)
     self.objective, self.optimizer, self.step_cfg = build_step_parts(cfg, m.cfg.vocab_size)
     self.state = shd.init_sharded(  # optimizer moments sharded like their params
-        lambda p: init_state(p, self.optimizer, self.objective), m.params, self.mesh)
-    self.ref_params = (jax.tree.map(jnp.copy, m.params) if needs_ref_params(self.step_cfg)
-                       else None)
+        lambda p: init_state(p, self.optimizer, self.objective), m.trainable(), self.mesh)
+    if m.lora is not None:  # the frozen base: the step reads it, and it is the reference
+      self.ref_params = m.params
+    else:
+      self.ref_params = (jax.tree.map(jnp.copy, m.params) if needs_ref_params(self.step_cfg)
+                         else None)
+    self._sampler_base = None  # LoRA, disaggregated: the base on the sampler's devices
     self.per_criterion = self.step_cfg.replay and self.step_cfg.replay_mode == "per_criterion"
     from rljax.data import criteria_ids
     from rljax.rewards.from_config import build_reward
@@ -118,9 +122,18 @@ class Trainer:
   def _sampler_for(self, step: int):
     """(sampler, its policy version) to launch rollouts with at `step`: synced from the
     trainer per `rollout.sync_every`, moved to the sampler's devices when disaggregated."""
-    src = (sampler_model(self.model.graphdef, self.state.params, self.place)
-           if self.sync.due(step) else None)
-    return (self.sync.params(step, src, private=self.place.disaggregated),
+    m = self.model
+    src = None
+    if self.sync.due(step) and m.lora is not None and self.place.disaggregated:
+      # only the adapters travel; the base moved once, and they merge on the sampler's devices
+      if self._sampler_base is None:
+        self._sampler_base = to_sampler(m.params, self.place)
+      src = nnx.merge(m.sampler_graphdef, m.policy_params(
+          to_sampler(self.state.params, self.place), self._sampler_base))
+    elif self.sync.due(step):
+      src = sampler_model(m.sampler_graphdef, m.policy_params(self.state.params), self.place)
+    # merged LoRA weights are new arrays: the sampler holds them without another copy
+    return (self.sync.params(step, src, private=self.place.disaggregated or m.lora is not None),
             self.sync.last_sync_step)
 
   def _draw(self, batch: int, sampler):
@@ -187,8 +200,13 @@ class Trainer:
 
   def _eval(self, step: int) -> dict:
     t0 = time.time()
-    ev = self.evaluate(nnx.merge(self.model.graphdef, self.state.params), step=step)
+    ev = self.evaluate(self.policy(), step=step)
     return dict(ev, **{"time/eval": time.time() - t0}) if ev else {}
+
+  def policy(self, state=None):
+    """The current policy as a plain Decoder (LoRA: the merged weights)."""
+    m = self.model
+    return nnx.merge(m.sampler_graphdef, m.policy_params((state or self.state).params))
 
   # ------------------------------------------------------------------------- loop
   def run(self) -> dict:
@@ -198,7 +216,7 @@ class Trainer:
             "Raise --config.train.steps to continue, or use a new --workdir.", flush=True)
       return self._finished
     place = (lambda pure: to_sampler(pure, self.place)) if self.place.disaggregated else None
-    self.state, start, inflight = self.ckpt.restore(self.state, self.model.graphdef, place)
+    self.state, start, inflight = self.ckpt.restore(self.state, self.policy, place)
     self.pipeline.start(start, inflight)
     self.log.truncate_after(start if start else -1)  # steps after the checkpoint: rewritten
     if start == 0 and cfg.eval.at_start:

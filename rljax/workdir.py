@@ -36,7 +36,9 @@ IDENTITY = ("seed", "model.", "data.", "objective.", "reward.", "rollout.num_gen
 # Keys the config no longer has: a saved config.json that still holds them is the same run.
 REMOVED = ("objective.teacher",)
 # Keys added since: a saved config.json without them ran with these values.
-ADDED = {"rollout.lag": 0, "rollout.max_staleness": 0}
+ADDED = {"rollout.lag": 0, "rollout.max_staleness": 0, "model.lora.rank": 0,
+         "model.lora.alpha": 32.0, "model.lora.targets": "wq|wk|wv|wo|w_gate|w_up|w_down",
+         "model.lora.base_bits": 0}
 
 
 class WorkdirError(ValueError):

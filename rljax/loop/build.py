@@ -18,11 +18,54 @@ from rljax.train_step import StepConfig, make_optimizer
 
 @dataclasses.dataclass
 class Model:
+  """A run's model. Full fine-tuning trains `params`. With LoRA (`lora` set) `params` is the
+  frozen base (integers for QLoRA), `adapters` the trained part, and the sampler, the eval
+  and the export read the merged weights (`policy_params`) through `sampler_graphdef`."""
   tokenizer: object
   graphdef: object
   params: dict                  # pure dict
   cfg: object                   # rljax.models.ModelConfig
   pad_id: int
+  lora: object = None           # rljax.models.lora.LoraConfig
+  adapters: dict | None = None  # pure dict (LoRA)
+  sampler_graphdef: object = None  # the plain decoder (merged weights); graphdef without LoRA
+
+  def __post_init__(self):
+    if self.sampler_graphdef is None:
+      self.sampler_graphdef = self.graphdef
+    self._merges: dict = {}  # mesh -> jitted merge
+
+  def trainable(self) -> dict:
+    """What the optimizer updates: the adapters with LoRA, else every parameter."""
+    return self.params if self.lora is None else self.adapters
+
+  def policy_params(self, trained: dict, base: dict | None = None) -> dict:
+    """The plain decoder's params (for `sampler_graphdef`) of the policy whose trained part is
+    `trained`: with LoRA, W + (α / r) · A B merged on device over `base` (default: the
+    frozen base), in the rule shardings of the mesh `base` lies on."""
+    if self.lora is None:
+      return trained
+    base = self.params if base is None else base
+    sharding = jax.tree.leaves(base)[0].sharding
+    mesh = getattr(sharding, "mesh", None)
+    if mesh not in self._merges:
+      from rljax import sharding as shd
+      from rljax.models.lora import merge
+      fn = lambda b, a: merge(b, a, self.lora)
+      out_sh = (None if mesh is None
+                else shd.param_shardings(jax.eval_shape(fn, base, trained), mesh))
+      self._merges[mesh] = jax.jit(fn, out_shardings=out_sh)
+    return self._merges[mesh](base, trained)
+
+
+def lora_config(cfg: mlc.ConfigDict):
+  """`config.model.lora` as a LoraConfig, or None (rank 0: full fine-tuning)."""
+  from rljax.models.lora import LoraConfig
+  lo = cfg.model.get("lora")
+  if lo is None or not lo.rank:
+    return None
+  return LoraConfig(rank=int(lo.rank), alpha=float(lo.alpha), targets=str(lo.targets),
+                    base_bits=int(lo.base_bits))
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -105,8 +148,34 @@ def build_model(cfg: mlc.ConfigDict, mesh) -> Model:
     raise ValueError(f"config.rollout.record_topk={k} exceeds the vocabulary "
                      f"({model.cfg.vocab_size})")
   graphdef, params = nnx.split(model)
-  return Model(tokenizer=tokenizer, graphdef=graphdef, params=nnx.to_pure_dict(params),
-               cfg=model.cfg, pad_id=tokenizer.pad_token_id or 0)
+  pad_id = tokenizer.pad_token_id or 0
+  lora = lora_config(cfg)
+  if lora is None:
+    return Model(tokenizer=tokenizer, graphdef=graphdef, params=nnx.to_pure_dict(params),
+                 cfg=model.cfg, pad_id=pad_id)
+  base, lora_graphdef = lora_base(model, nnx.to_pure_dict(params), lora, mesh)
+  from rljax.models.lora import init_adapters
+  adapters = init_adapters(model.cfg, lora, seed=cfg.seed, mesh=mesh)
+  return Model(tokenizer=tokenizer, graphdef=lora_graphdef, params=base, cfg=model.cfg,
+               pad_id=pad_id, lora=lora, adapters=adapters, sampler_graphdef=graphdef)
+
+
+def lora_base(model, pure: dict, lora, mesh) -> tuple[dict, object]:
+  """(the frozen base, the LoRA decoder's graphdef) from a loaded float model: QLoRA
+  quantizes the projections on device, in their shardings."""
+  from rljax import sharding as shd
+  from rljax.models.decoder import Decoder
+  from rljax.models.lora import quantize_base
+  abstract = nnx.eval_shape(lambda: Decoder(model.cfg, nnx.Rngs(0), remat=model.remat,
+                                            lora=lora))
+  abstract.scan_unroll = model.scan_unroll
+  graphdef, abs_state = nnx.split(abstract)
+  if not lora.base_bits:
+    return pure, graphdef
+  shapes = nnx.to_pure_dict(abs_state)
+  out_sh = None if mesh is None else shd.param_shardings(shapes, mesh)
+  base = jax.jit(lambda p: quantize_base(p, lora.base_bits), out_shardings=out_sh)(pure)
+  return base, graphdef
 
 
 @dataclasses.dataclass
@@ -158,7 +227,7 @@ def build_step_parts(cfg: mlc.ConfigDict, vocab_size: int):
       # record_topk -1 ('full'): the whole distribution, scored at every vocabulary id
       head_k=vocab_size if r.record_topk == -1 else r.record_topk, use_ref=bool(t.ref_model),
       replay_policy=o.replay_policy, replay_mode=o.replay_mode,
-      num_criteria_ids=len(criteria_ids()))
+      num_criteria_ids=len(criteria_ids()), lora=lora_config(cfg) is not None)
   return objective, optimizer, step_cfg
 
 
@@ -174,7 +243,8 @@ def fused_scoring(cfg: mlc.ConfigDict, objective) -> bool:
 
 
 def needs_ref_params(step_cfg: StepConfig) -> bool:
-  """A frozen copy of the initial params: the KL reference, or the CoRT replay scored by it."""
+  """A frozen copy of the initial params: the KL reference, or the CoRT replay scored by it
+  (with LoRA, the frozen base itself, which the step always reads)."""
   return step_cfg.use_ref or (step_cfg.replay and step_cfg.replay_policy == "ref")
 
 

@@ -147,17 +147,17 @@ class RunCheckpoints:
     self.ckpt.save(step, self._tree(state, None if held is None else held[1]), meta,
                    eval_metrics, inflight=tree)
 
-  def restore(self, state, graphdef, place=None):
+  def restore(self, state, policy, place=None):
     """(state, step, in-flight batches) of the newest readable checkpoint, the data position
-    and sampler put back; (state, 0, []) when there is none. `place(pure) -> pure` moves a
+    and sampler put back; (state, 0, []) when there is none. `policy(state)` is the state's
+    policy as a Decoder (the structure of a sampler snapshot); `place(pure) -> pure` moves a
     restored sampler snapshot onto the sampler's devices."""
     if self.ckpt.latest_step() is None:
       return state, 0, []
     held = None
     if self.sync.every > 1:  # the snapshot's structure: a fresh copy of the trainer
       from rljax.rollout import make_sampler_params
-      held = make_sampler_params(nnx.merge(graphdef, state.params), self.sync.copy,
-                                 force_copy=True)
+      held = make_sampler_params(policy(state), self.sync.copy, force_copy=True)
     target = lambda meta: pipeline.abstract_tree(meta.get("inflight", []))
     tree, meta, inflight = self.ckpt.restore(
         self._tree(state, None if held is None else held[1]), inflight=target)

@@ -21,6 +21,8 @@ from flax import nnx
 from rljax.models import pallas_attention
 from rljax.models.attention import attention, blockwise_attention, prefix_attention
 from rljax.models.config import ModelConfig
+from rljax.models.lora import LoraConfig, dequantize
+from rljax.models.quant import WEIGHT_INPUT_AXES
 
 # Remat policies of the layer scan (Decoder(remat=...)): what each layer keeps for the
 # backward pass. "dots": matmul outputs without batch dimensions (the projections), so the
@@ -121,9 +123,11 @@ def _param(rngs, shape, dtype, kind="normal"):
 
 
 class Layers(nnx.Module):
-  """All transformer blocks, parameters stacked on a leading L axis."""
+  """All transformer blocks, parameters stacked on a leading L axis. With `base_bits` 8 / 4
+  (a QLoRA base, `rljax.models.lora`) the projections are stored as integers (int4 packed
+  two per byte along the last axis) with a float32 `<name>_scale` per output channel."""
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, base_bits: int = 0):
     L, D, H, K, E, F = (cfg.num_layers, cfg.hidden_size, cfg.num_heads,
                         cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size)
     pd = cfg.jnp_param_dtype
@@ -149,6 +153,15 @@ class Layers(nnx.Module):
       self.b_gate = _param(rngs, (L, F), pd, "zeros")
       self.b_up = _param(rngs, (L, F), pd, "zeros")
       self.b_down = _param(rngs, (L, D), pd, "zeros")
+    for name, axes in WEIGHT_INPUT_AXES.items() if base_bits else ():
+      shape = getattr(self, name).shape
+      if base_bits == 4 and shape[-1] % 2:
+        raise ValueError(f"int4 base: {name} packs two values per byte along its last axis, "
+                         f"of odd size {shape[-1]}")
+      stored = shape[:-1] + (shape[-1] // 2,) if base_bits == 4 else shape
+      setattr(self, name, nnx.Param(jnp.zeros(stored, jnp.int8)))
+      setattr(self, f"{name}_scale", nnx.Param(jnp.ones(
+          tuple(1 if i in axes else n for i, n in enumerate(shape)), jnp.float32)))
 
 
 @jax.custom_vjp
@@ -172,9 +185,11 @@ swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 
 
 def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
-           dot=jnp.einsum, attn=attention):
+           dot=jnp.einsum, attn=attention, lora: LoraConfig | None = None):
   """One pre-norm block. `kv_fn(k, v) -> (keys, values, allowed, aux)` attaches the cache;
-  `dot(spec, x, w)` is every activation x weight product; returns (x, aux).
+  `dot(spec, x, w)` is every activation x weight product; returns (x, aux). With `lora`, a
+  projection whose adapters are in `p["lora"]` adds (α / r) · (x A) B, and a QLoRA base
+  projection (`<name>_scale` in `p`) is dequantized first.
 
   Every projection is a plain 2-D matmul over the flattened tokens (N = B*T) with the
   weights viewed as [in, out] (a free reshape of the stacked [D, H, E] / [H, E, D] layout):
@@ -185,11 +200,23 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
   c = lambda a: a.astype(dt)
   b, t, d = x_BxTxD.shape
   n = b * t
-  mat = lambda w, rows: c(w).reshape(rows, -1)  # [D, H, E] -> [D, H*E]; [H, E, D] -> [H*E, D]
+  adapters = p.get("lora", {})
+
+  def proj(spec, x, name):
+    """x @ W ([D, H, E] viewed as [D, H*E], [H, E, D] as [H*E, D]) (+ the LoRA update)."""
+    w = p[name]
+    if f"{name}_scale" in p:
+      w = dequantize(w, p[f"{name}_scale"], lora.base_bits)
+    y = dot(spec, x, c(w).reshape(x.shape[1], -1))
+    if name in adapters:
+      ab = adapters[name]
+      y = y + jnp.dot(jnp.dot(x, c(ab["a"])) * lora.scale, c(ab["b"]))
+    return y
+
   h = rms_norm(x_BxTxD, p["attn_norm"], cfg.rms_norm_eps).reshape(n, d)
-  q = dot("nd,dk->nk", h, mat(p["wq"], d)).reshape(b, t, cfg.num_heads, cfg.head_dim)
-  k = dot("nd,dk->nk", h, mat(p["wk"], d)).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-  v = dot("nd,dk->nk", h, mat(p["wv"], d)).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+  q = proj("nd,dk->nk", h, "wq").reshape(b, t, cfg.num_heads, cfg.head_dim)
+  k = proj("nd,dk->nk", h, "wk").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+  v = proj("nd,dk->nk", h, "wv").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
   if cfg.qkv_bias:
     q, k, v = q + c(p["bq"]), k + c(p["bk"]), v + c(p["bv"])
   if cfg.qk_norm:
@@ -199,14 +226,14 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
   k = apply_rope(k, positions_BxT, inv_freq)
   keys, values, allowed, aux = kv_fn(k, v)
   o = attn(q, keys, values, allowed).reshape(n, -1)
-  o_proj = dot("nk,kd->nd", o, mat(p["wo"], o.shape[1])).reshape(b, t, d)
+  o_proj = proj("nk,kd->nd", o, "wo").reshape(b, t, d)
   x = x_BxTxD + (o_proj + c(p["bo"]) if cfg.o_bias else o_proj)
   h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps).reshape(n, d)
-  g = dot("nd,df->nf", h, c(p["w_gate"]))
-  u = dot("nd,df->nf", h, c(p["w_up"]))
+  g = proj("nd,df->nf", h, "w_gate")
+  u = proj("nd,df->nf", h, "w_up")
   if cfg.mlp_bias:
     g, u = g + c(p["b_gate"]), u + c(p["b_up"])
-  down = dot("nf,fd->nd", swiglu(g, u), c(p["w_down"])).reshape(b, t, d)
+  down = proj("nf,fd->nd", swiglu(g, u), "w_down").reshape(b, t, d)
   return x + (down + c(p["b_down"]) if cfg.mlp_bias else down), aux
 
 
@@ -214,8 +241,11 @@ class Decoder(nnx.Module):
   """Causal LM trunk: `__call__` returns final-normed hidden states (and the cache)."""
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, remat: bool | str = False,
-               numerics=None):
+               numerics=None, lora: LoraConfig | None = None):
     self.cfg = cfg
+    # LoRA (rljax.models.lora): the adapters are an argument of `__call__`, not parameters;
+    # a QLoRA config (base_bits 8 / 4) stores the projections as integers.
+    self.lora = lora
     # False / "none": keep every residual; True / "full": keep only each layer's input;
     # "dots": keep the projections' outputs (REMAT_POLICIES).
     remat = {False: "none", True: "full"}.get(remat, remat)
@@ -232,7 +262,7 @@ class Decoder(nnx.Module):
     self.scan_unroll = None
     pd = cfg.jnp_param_dtype
     self.embed = _param(rngs, (cfg.vocab_size, cfg.hidden_size), pd)
-    self.layers = Layers(cfg, rngs)
+    self.layers = Layers(cfg, rngs, lora.base_bits if lora is not None else 0)
     self.final_norm = _param(rngs, (cfg.hidden_size,), pd, "ones")
     if not cfg.tie_embeddings:
       self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), pd)
@@ -258,14 +288,20 @@ class Decoder(nnx.Module):
                       preferred_element_type=jnp.float32)
 
   def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None,
-               attend_len: int | None = None):
+               attend_len: int | None = None, adapters: dict | None = None):
     """Hidden states [B,T,D] and the updated cache (None without one). attend_len (static,
     cache path): attention reads only the first attend_len cache slots, which must hold
-    every filled slot (index + T <= attend_len); the sampler grows it in buckets."""
+    every filled slot (index + T <= attend_len); the sampler grows it in buckets.
+    adapters: LoRA adapters of the model's `lora` config (`rljax.models.lora`), None: the
+    base alone."""
     cfg = self.cfg
     x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
     inv_freq = jnp.asarray(rope_inv_freq(cfg))
     params = {k: v[...] for k, v in vars(self.layers).items() if isinstance(v, nnx.Param)}
+    if adapters is not None:
+      if self.lora is None:
+        raise ValueError("Decoder: adapters given to a model built without a LoRA config")
+      params["lora"] = adapters
     t = tokens_BxT.shape[1]
     mask_BxT = mask_BxT.astype(bool)
     dot = self.numerics.dot if self.numerics is not None else jnp.einsum
@@ -281,7 +317,7 @@ class Decoder(nnx.Module):
 
       def layer(x, p):
         return _block(cfg, p, x, positions_BxT, inv_freq,
-                      lambda k, v: (kvq(k), kvq(v), allowed, None), dot, attn)
+                      lambda k, v: (kvq(k), kvq(v), allowed, None), dot, attn, self.lora)
 
       if self.remat != "none":
         layer = jax.checkpoint(layer, policy=REMAT_POLICIES[self.remat])
@@ -346,7 +382,7 @@ class Decoder(nnx.Module):
         values = load(read[1], read[3] if quantized else None, v.dtype)
         return keys, values, allowed, bufs2
 
-      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn_l)
+      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn_l, self.lora)
       return (x, bufs), None
 
     (x, bufs), _ = jax.lax.scan(layer, (x, tuple(getattr(cache, n) for n in names)),
