@@ -81,7 +81,7 @@ class Trainer:
     else:
       self.ref_params = (jax.tree.map(jnp.copy, m.params) if needs_ref_params(self.step_cfg)
                          else None)
-    self._sampler_base = None  # LoRA, disaggregated: the base on the sampler's devices
+    self.sampler_base = None  # LoRA, disaggregated: the base on the sampler's devices
     self.per_criterion = self.step_cfg.replay and self.step_cfg.replay_mode == "per_criterion"
     from rljax.data import criteria_ids
     from rljax.rewards.from_config import build_reward
@@ -126,10 +126,10 @@ class Trainer:
     src = None
     if self.sync.due(step) and m.lora is not None and self.place.disaggregated:
       # only the adapters travel; the base moved once, and they merge on the sampler's devices
-      if self._sampler_base is None:
-        self._sampler_base = to_sampler(m.params, self.place)
+      if self.sampler_base is None:
+        self.sampler_base = to_sampler(m.params, self.place)
       src = nnx.merge(m.sampler_graphdef, m.policy_params(
-          to_sampler(self.state.params, self.place), self._sampler_base))
+          to_sampler(self.state.params, self.place), self.sampler_base))
     elif self.sync.due(step):
       src = sampler_model(m.sampler_graphdef, m.policy_params(self.state.params), self.place)
     # merged LoRA weights are new arrays: the sampler holds them without another copy

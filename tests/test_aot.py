@@ -57,6 +57,28 @@ def test_tiny_fused_step_compiles_for_a_tpu_topology():
   assert rep["fits"] and rep["peak_hbm_per_chip"] == step["total"]
 
 
+def test_tiny_qlora_step_compiles_with_the_adapters_as_the_state():
+  """`:tiny,qlora=8` at μ = 1: the donated state is the adapters and their moments; the int8
+  base is an argument; XLA's and the analytic FLOPs are below full fine-tuning's (no weight
+  gradient for the base)."""
+  from configs import cort_grpo
+  from rljax.aot import compile_run, format_report
+  reps = {}
+  for arg in ("tiny", "tiny,qlora=8"):
+    cfg = cort_grpo.get_config(arg)
+    cfg.train.inner_epochs = cfg.train.num_minibatches = 1
+    reps[arg] = compile_run(cfg, "v5e:2x2", sampler=False)
+  full, lora = reps["tiny"], reps["tiny,qlora=8"]
+  assert lora["fits"] and lora["lora"]["rank"] == 16 and lora["lora"]["base_bits"] == 8
+  assert len(lora["lora"]["targets"]) == 7 and "LoRA rank 16" in format_report(lora)
+  assert lora["opt_state_bytes_per_chip"] < full["opt_state_bytes_per_chip"] / 4
+  step = lora["programs"]["train_step"]
+  assert step["arguments"] >= lora["lora"]["base_bytes_per_chip"] > 0
+  assert lora["flops"]["train_step"] < full["flops"]["train_step"]
+  xla = lambda r: r["programs"]["train_step"]["xla_flops_scan_once"]
+  assert xla(lora) < xla(full)
+
+
 def test_analytic_flops_match_a_hand_count():
   """One layer, no attention span to speak of: 2 * params * tokens (+ unembedding)."""
   from rljax.aot import step_flops

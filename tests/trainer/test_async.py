@@ -31,8 +31,8 @@ from rljax.trainer import Trainer  # noqa: E402
 from tests.trainer.helpers import compile_cache_env  # noqa: E402
 
 
-def _run(tmp_path, name, steps, devices=8, config="cort_grpo", **over):
-  cfg = load_config_module(os.path.join(ROOT, "configs", f"{config}.py")).get_config("tiny")
+def _run(tmp_path, name, steps, devices=8, config="cort_grpo", arg="tiny", **over):
+  cfg = load_config_module(os.path.join(ROOT, "configs", f"{config}.py")).get_config(arg)
   cfg.data.data_dir = str(tmp_path / "tfds")
   cfg.eval.num_prompts, cfg.train.steps, cfg.log.plot = 0, steps, False
   cfg.log.tensorboard, cfg.checkpoint.every = False, 0
@@ -72,6 +72,20 @@ def test_disaggregated_k0_equals_colocated(tmp_path):
   assert d <= 1e-6, d
   assert [m["rollout/staleness"] for m in dis_m] == [0.0] * 3
   assert max(m["mismatch/kl_q_p"] for m in dis_m) <= 1e-6
+
+
+def test_lora_disaggregated_k0_equals_colocated(tmp_path):
+  """LoRA: the base moves to the sampler's devices once, then only the adapters travel and
+  merge there; the same tokens and adapters as colocated."""
+  co, co_seen, _ = _run(tmp_path, "co", 2, devices=4, arg="tiny,lora=4")
+  dis, dis_seen, _ = _run(tmp_path, "dis", 2, arg="tiny,lora=4", **DISAGG)
+  s_dev = set(dis.place.sampler_mesh.devices.flat)
+  assert all(x.sharding.device_set <= s_dev for x in jax.tree.leaves(dis.sync.held()[1]))
+  assert all(x.sharding.device_set <= s_dev for x in jax.tree.leaves(dis.sampler_base))
+  for (t0, q0), (t1, q1) in zip(co_seen, dis_seen, strict=True):
+    np.testing.assert_array_equal(t0, t1)
+    np.testing.assert_allclose(q0, q1, rtol=0, atol=1e-6)
+  assert _params_diff(co, dis) <= 1e-6
 
 
 def _cli(wd, data, steps):
