@@ -10,7 +10,9 @@ QLoRA over an int8 base. Each runs in its own worker process, alternating call b
 the others (bench/interleave.py; medians of --rounds); the ratio `speedup` = full time / this
 time comes from that one interleaved run. Memory is XLA's memory_analysis of the compiled
 step (peak = arguments + outputs + temp - aliased: the state is donated); `opt_state_mb` the
-AdamW moments; `base_mb` the frozen weights the step reads. Writes bench/results/lora_step.json.
+AdamW moments; `base_mb` the frozen weights the step reads. Writes bench/results/lora_step.json,
+and first (from shapes alone) the at-rest size of the float32 and QLoRA int8 / int4 bases of
+SmolLM2-135M and Qwen3-14B (bench/results/lora_base_sizes.json).
 """
 from __future__ import annotations
 
@@ -72,6 +74,38 @@ def step_of(kind: str, model, batch, n: int, rank: int):
   return run, info
 
 
+def base_sizes(rank: int) -> list[dict]:
+  """At-rest bytes of the frozen base, float32 and QLoRA int8 / int4 (shapes only), and the
+  adapters' size, for SmolLM2-135M and the pod configs' Qwen3-14B."""
+  from rljax.models import load_hf_config
+  from rljax.models.bundled import smollm2_path
+  from rljax.models.decoder import Decoder
+  from rljax.models.lora import LoraConfig, adapter_shapes, nbytes
+  from rljax.models.checkpoint import open_checkpoint
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  cfgs = {"SmolLM2-135M": open_checkpoint(smollm2_path())[0],
+          "Qwen3-14B": load_hf_config(os.path.join(root, "configs", "models", "qwen3_14b"))}
+  rows = []
+  for name, mcfg in cfgs.items():
+    sizes = {}
+    for bits in (0, 8, 4):
+      lora = LoraConfig(rank=rank, alpha=32.0, base_bits=bits)
+      state = nnx.state(nnx.eval_shape(lambda: Decoder(mcfg, nnx.Rngs(0), lora=lora)))
+      pure = nnx.to_pure_dict(state)
+      proj = {k: v for k, v in pure["layers"].items() if k.startswith("w")}
+      sizes[bits] = (nbytes(pure), nbytes(proj))
+    full, proj = sizes[0]
+    rows.append({"model": name, "base_f32_mb": full / 1e6,
+                 "int8_vs_f32": sizes[8][0] / full, "int4_vs_f32": sizes[4][0] / full,
+                 "proj_int8_vs_f32": sizes[8][1] / proj, "proj_int4_vs_f32": sizes[4][1] / proj,
+                 "adapter_params": int(sum(x.size for x in jax.tree.leaves(
+                     adapter_shapes(mcfg, LoraConfig(rank=rank))))),
+                 "params": int(sum(x.size for x in jax.tree.leaves(
+                     nnx.to_pure_dict(nnx.state(nnx.eval_shape(
+                         lambda: Decoder(mcfg, nnx.Rngs(0))))))))})
+  return rows
+
+
 def worker(a):
   from bench import interleave as il
   from rljax.models.bundled import smollm2_path
@@ -91,12 +125,21 @@ def main():
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--tiny", action="store_true", help="a random 4-layer model (seconds)")
   ap.add_argument("--kinds", default=",".join(KINDS))
+  ap.add_argument("--sizes-only", action="store_true", help="the base-size table only")
   ap.add_argument("--worker", choices=KINDS)
   ap.add_argument("--tiny-dir", default="")
   a = ap.parse_args()
   if a.worker:
     return worker(a)
   from bench import interleave as il
+  report("lora_base_sizes", ["model", "params", "adapter_params", "base_f32_mb", "int8_vs_f32",
+                             "int4_vs_f32", "proj_int8_vs_f32", "proj_int4_vs_f32"],
+         base_sizes(a.rank), {"rank": a.rank, "note": "at-rest bytes from shapes: the whole "
+                              "base (embeddings, norms, LM head stay float32) and its seven "
+                              "projections alone (int8 / packed int4 + a float32 scale per "
+                              "output channel)"})
+  if a.sizes_only:
+    return
   tiny_dir = _tiny_dir() if a.tiny else ""
   common = [os.path.abspath(__file__), f"--tiny-dir={tiny_dir}"] + [
       f"--{k}={getattr(a, k)}" for k in ("batch", "prompt", "response", "rank")]

@@ -35,8 +35,8 @@ LOGICAL_RULES: dict[str, Any] = {
 
 # (regex on the '/'-joined param path, logical axes per dimension)
 PARAM_AXES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
-    (r"^embed$", ("vocab", "embed")),
-    (r"^lm_head$", ("embed", "vocab")),
+    (r"^embed(_scale)?$", ("vocab", "embed")),
+    (r"^lm_head(_scale)?$", ("embed", "vocab")),
     (r"^final_norm$", ("norm",)),
     (r"^layers/wq(_scale)?$", ("layers", "embed", "heads", "head_dim")),
     (r"^layers/w[kv](_scale)?$", ("layers", "embed", "kv_heads", "head_dim")),

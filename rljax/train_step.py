@@ -18,6 +18,10 @@ rubric-free prompt x⁻ (left-padded to P⁻) followed by the *same* response in
 With μ > 1 (inner epochs / mini-batches), `score_batch` computes π_old and the
 replay logprobs once per batch in one fused forward, and the steps read them
 from the batch.
+
+With LoRA (`StepConfig.lora`, rljax.models.lora) the state's params are the adapters and
+the frozen base comes in as `ref_params`: only the adapters are differentiated, and the base
+with the adapters off is the reference policy.
 """
 from __future__ import annotations
 

@@ -162,7 +162,7 @@ def build_model(cfg: mlc.ConfigDict, mesh) -> Model:
 
 def lora_base(model, pure: dict, lora, mesh) -> tuple[dict, object]:
   """(the frozen base, the LoRA decoder's graphdef) from a loaded float model: QLoRA
-  quantizes the projections on device, in their shardings."""
+  quantizes the projections, embedding and LM head on device, in their shardings."""
   from rljax import sharding as shd
   from rljax.models.decoder import Decoder
   from rljax.models.lora import quantize_base

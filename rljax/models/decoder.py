@@ -266,10 +266,25 @@ class Decoder(nnx.Module):
     self.final_norm = _param(rngs, (cfg.hidden_size,), pd, "ones")
     if not cfg.tie_embeddings:
       self.lm_head = _param(rngs, (cfg.hidden_size, cfg.vocab_size), pd)
+    bits = lora.base_bits if lora is not None else 0
+    for name in (("embed",) if cfg.tie_embeddings else ("embed", "lm_head")) if bits else ():
+      shape = getattr(self, name).shape  # QLoRA: integers + a scale per row / column
+      stored = shape[:-1] + (shape[-1] // 2,) if bits == 4 else shape
+      setattr(self, name, nnx.Param(jnp.zeros(stored, jnp.int8)))
+      setattr(self, f"{name}_scale", nnx.Param(jnp.ones(
+          (shape[0], 1) if name == "embed" else (1, shape[1]), jnp.float32)))
+
+  def _matrix(self, name: str) -> jax.Array:
+    """The embedding or LM head in float (a QLoRA base dequantized)."""
+    w = getattr(self, name)[...]
+    scale = getattr(self, f"{name}_scale", None)
+    if scale is None:
+      return w
+    return dequantize(w, scale[...], self.lora.base_bits, self.cfg.jnp_param_dtype)
 
   def unembed_DxV(self) -> jax.Array:
     """The unembedding matrix as [D, V] (a transpose of the embedding when tied)."""
-    return self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
+    return self._matrix("embed").T if self.cfg.tie_embeddings else self._matrix("lm_head")
 
   def unembedding(self) -> tuple[jax.Array, str]:
     """The unembedding as stored and its layout for `rljax.logprobs.token_logprobs`:
@@ -278,8 +293,8 @@ class Decoder(nnx.Module):
     LM head's gradient accumulated as a separate [D, V] array (113 MB on SmolLM2) that
     lived through the whole backward pass before being transposed and added."""
     if self.cfg.tie_embeddings:
-      return self.embed[...], "vd"
-    return self.lm_head[...], "dv"
+      return self._matrix("embed"), "vd"
+    return self._matrix("lm_head"), "dv"
 
   def logits(self, hidden_BxTxD) -> jax.Array:
     """Full float32 logits; for tests and sampling, never for training losses."""
@@ -295,7 +310,12 @@ class Decoder(nnx.Module):
     adapters: LoRA adapters of the model's `lora` config (`rljax.models.lora`), None: the
     base alone."""
     cfg = self.cfg
-    x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
+    if getattr(self, "embed_scale", None) is None:
+      x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
+    else:  # QLoRA: dequantize the rows looked up
+      x = dequantize(jnp.take(self.embed[...], tokens_BxT, axis=0),
+                     jnp.take(self.embed_scale[...], tokens_BxT, axis=0), self.lora.base_bits,
+                     cfg.jnp_dtype)
     inv_freq = jnp.asarray(rope_inv_freq(cfg))
     params = {k: v[...] for k, v in vars(self.layers).items() if isinstance(v, nnx.Param)}
     if adapters is not None:

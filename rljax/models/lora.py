@@ -12,10 +12,11 @@ has no optimizer state. The base with the adapters off is the initial policy, th
 reference, without a second copy of the weights. The sampler draws from the merged weights
 W + (α / r) · A B (`merge`), computed on device at each weight sync.
 
-QLoRA (`base_bits` 8 or 4): the frozen base projections are stored as integers on the
-absmax grid of each output channel (int4 packed two per byte along the last axis) with one
-float32 scale per output channel (`<name>_scale`), and the decoder dequantizes each layer's
-weight inside its matmul. Embeddings, norms and the LM head stay in float.
+QLoRA (`base_bits` 8 or 4): the frozen base's projections, embedding and LM head are stored as
+integers on the absmax grid of each output channel (an embedding row; int4 packed two per
+byte along the last axis) with one float32 scale per channel (`<name>_scale`). The decoder
+dequantizes each layer's weight inside its matmul, the embedding rows it looks up, and the
+unembedding where the logits are computed. Norms (and biases) stay in float.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ from rljax.models.quant import QMAX, WEIGHT_INPUT_AXES, pack_int4, quantize, unp
 
 # The projections a LoRA can target, with the input axes of each stacked weight after L.
 PROJECTIONS = WEIGHT_INPUT_AXES
+# The QLoRA base's top-level matrices and the axis each channel's absmax runs over:
+# embedding rows ([V, D]: over D), LM head columns ([D, V]: over D).
+EMBEDDINGS = {"embed": (1,), "lm_head": (0,)}
 ALL_TARGETS = "|".join(PROJECTIONS)
 @dataclasses.dataclass(frozen=True)
 class LoraConfig:
@@ -118,16 +122,23 @@ def delta(ab: dict, scale: float, shape) -> jax.Array:
 # ------------------------------------------------------------------------------ QLoRA base
 
 
-def quantize_base(pure: dict, bits: int, names=tuple(PROJECTIONS)) -> dict:
-  """A float param tree -> the QLoRA base: each projection in `names` as int8 values on the
-  absmax grid of its output channels (int4: packed two per byte along the last axis) and a
-  float32 `<name>_scale`; every other parameter unchanged. Jit-able."""
+def _to_int(w, axes, bits):
+  q, scale = quantize(w, axes, bits)
+  return (pack_int4(q) if bits == 4 else q.astype(jnp.int8)), scale
+
+
+def quantize_base(pure: dict, bits: int) -> dict:
+  """A float param tree -> the QLoRA base: each projection, the embedding and the LM head as
+  int8 values on the absmax grid of its output channels / rows (int4: packed two per byte
+  along the last axis) and a float32 `<name>_scale`; norms and biases unchanged. Jit-able."""
   layers = dict(pure["layers"])
-  for n in names:
-    q, scale = quantize(layers[n], PROJECTIONS[n], bits)
-    layers[n] = pack_int4(q) if bits == 4 else q.astype(jnp.int8)
-    layers[f"{n}_scale"] = scale
-  return dict(pure, layers=layers)
+  for n, axes in PROJECTIONS.items():
+    layers[n], layers[f"{n}_scale"] = _to_int(layers[n], axes, bits)
+  out = dict(pure, layers=layers)
+  for n, axes in EMBEDDINGS.items():
+    if n in pure:
+      out[n], out[f"{n}_scale"] = _to_int(pure[n], axes, bits)
+  return out
 
 
 def dequantize(q, scale, bits: int, dtype=jnp.float32) -> jax.Array:
@@ -144,16 +155,20 @@ def merge(base: dict, adapters: dict | None, lora: LoraConfig, dtype=None) -> di
   """The plain decoder's params: W + (α / r) · A B for each target (a QLoRA base dequantized
   first), in the base's float dtype (or `dtype`), every other parameter as is. Jit-able; the
   sampler, the eval and the export read these."""
+  float_dtype = dtype or (base["final_norm"].dtype)
   layers = dict(base["layers"])
   for n in quantized_names(layers):
     layers[n] = dequantize(layers[n], layers.pop(f"{n}_scale"), lora.base_bits, jnp.float32)
-  float_dtype = dtype or base["embed"].dtype
   for n in PROJECTIONS:
     w = layers[n].astype(jnp.float32)
     if adapters is not None and n in adapters:
       w = w + delta(adapters[n], lora.scale, w.shape)
     layers[n] = w.astype(float_dtype)
-  return dict(base, layers=layers)
+  out = {k: v for k, v in base.items() if not k.endswith("_scale")}
+  for n in EMBEDDINGS:
+    if f"{n}_scale" in base:
+      out[n] = dequantize(base[n], base[f"{n}_scale"], lora.base_bits, float_dtype)
+  return dict(out, layers=layers)
 
 
 # Hugging Face module of each projection (PEFT's target_modules).
