@@ -127,7 +127,6 @@ def test_missing_base_is_refused():
     step(init_state(init_adapters(CFG, LORA), opt, obj), make_batch(), None)
 
 
-@pytest.mark.numerics
 @pytest.mark.parametrize("bits", [8, 4])
 def test_qlora_base_is_integer_and_close_to_the_float_base(bits):
   """The base (projections, embedding) stored as int8 / packed int4 with per-channel scales:
