@@ -67,8 +67,10 @@ def step_of(kind: str, model, batch, n: int, rank: int):
           "base_mb": 0.0 if base is None else nbytes(base) / 1e6,
           "trained_params": int(sum(x.size for x in jax.tree.leaves(trained)))}
 
+  extra = () if sc.fused_scoring else (key,)  # the fused step's program takes no key
+
   def run():
-    state[0], m = compiled(state[0], batch, base, key)
+    state[0], m = compiled(state[0], batch, base, *extra)
     jax.block_until_ready(m)
 
   return run, info

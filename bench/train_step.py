@@ -78,8 +78,10 @@ def rljax_step(model, batch, n, transforms, g):
           "peak_gb": (mem.argument_size_in_bytes + mem.output_size_in_bytes
                       + mem.temp_size_in_bytes - mem.alias_size_in_bytes) / 1e9}
 
+  extra = () if sc.fused_scoring else (key,)  # the fused step's program takes no key
+
   def run():
-    state[0], m = compiled(state[0], batch, None, key)
+    state[0], m = compiled(state[0], batch, None, *extra)
     jax.block_until_ready(m)
 
   return run, info
