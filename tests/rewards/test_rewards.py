@@ -224,7 +224,7 @@ def test_guard_noise_check_spares_real_model_answers():
               for path in glob.glob(os.path.join(root, "experiments", "results", "main_job", "**",
                                                  "samples.jsonl"), recursive=True)
               for line in open(path)}
-  assert len(smollm2) == 293 and len(main_job) == 47
+  assert len(smollm2) == 293 and len(main_job) >= 47  # every committed main-job run's answers
   kinds = [degenerate(t) for t in smollm2]
   assert kinds.count("repetition") == 45 and "noise" not in kinds
   assert "noise" not in [degenerate(t) for t in main_job]
