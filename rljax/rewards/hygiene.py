@@ -19,8 +19,8 @@ answer. `degenerate(response)` names the kind, or returns None for an ordinary a
   `change_case:capital_word_frequency`'s full reward.
 
 None of IFBench's 294 sample outputs (Japanese without spaces, CSV, LaTeX, code, brand
-names), of SmolLM2's 293 greedy answers to IFBench prompts, or of the committed main-job runs' 68 distinct
-sampled answers is noise (tests/rewards/test_rewards.py). What is not caught: word salad of
+names), of SmolLM2's 293 greedy answers to IFBench prompts, or of the committed main-job
+runs' 68 distinct sampled answers is noise (tests/rewards/test_rewards.py). What is not caught: word salad of
 well-formed words. SmolLM2-135M sampled on the main job's prompts at temperature 2 and 3 is
 noise in 17 of 64 answers (0 of 32 at 1.5), 16 and 48 tokens drawn uniformly from its
 vocabulary in 28 and 45 of 200; the rest, like pronounceable capitals (`BUNYA KRILES TONGO
