@@ -243,8 +243,8 @@ def fused_scoring(cfg: mlc.ConfigDict, objective) -> bool:
 
 
 def needs_ref_params(step_cfg: StepConfig) -> bool:
-  """A frozen copy of the initial params: the KL reference, or the CoRT replay scored by it
-  (with LoRA, the frozen base itself, which the step always reads)."""
+  """A frozen copy of the initial params: the KL reference, or the CoRT replay scored by it.
+  (A LoRA run needs none: its frozen base, which the step always reads, is the reference.)"""
   return step_cfg.use_ref or (step_cfg.replay and step_cfg.replay_policy == "ref")
 
 

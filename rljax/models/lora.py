@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rljax.models.quant import QMAX, WEIGHT_INPUT_AXES, pack_int4, quantize, unpack_int4
+from rljax.models.quant import WEIGHT_INPUT_AXES, pack_int4, quantize, unpack_int4
 
 # The projections a LoRA can target, with the input axes of each stacked weight after L.
 PROJECTIONS = WEIGHT_INPUT_AXES
@@ -216,4 +216,4 @@ def nbytes(tree) -> int:
 
 __all__ = ["LoraConfig", "PROJECTIONS", "ALL_TARGETS", "io_sizes", "adapter_shapes",
            "adapter_shardings", "init_adapters", "delta", "quantize_base", "dequantize",
-           "merge", "export_peft", "HF_MODULES", "nbytes", "QMAX"]
+           "merge", "export_peft", "HF_MODULES", "nbytes"]
