@@ -36,9 +36,11 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
 
   The default is the CoRT paper's setting (64 prompts × 8 samples, lr 1e-6, clip
   0.2 / 0.27, 4 mini-batches of whole groups = 4 PPO updates per rollout batch); `:cpu`
-  is the README's minutes-long main job on 2 CPU cores; `:tiny` a seconds-long random model.
+  is the README's minutes-long main job on 2 CPU cores; `:tiny` a seconds-long random model;
+  `:gpu` bfloat16 compute with cuDNN attention on an NVIDIA GPU (combine: `:cpu,gpu`).
   """
-  a = parse_arg(arg, tiny=False, cpu=False, model="smollm2", steps=0, lora=0, qlora=0)
+  a = parse_arg(arg, tiny=False, cpu=False, gpu=False, model="smollm2", steps=0, lora=0,
+                qlora=0)
   c = mlc.ConfigDict()
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
@@ -46,7 +48,8 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
                                 dtype="float32", remat="none", attention="dense", tokenizer=""))
   # remat: "none" | "dots" (keep the projections' outputs, recompute the rest: on CPU the
   # SmolLM2 step at 0.49x today's peak memory and no slower) | "full" (keep layer inputs);
-  # attention: "dense" | "blockwise" | "splash" (Pallas TPU kernels) | "auto" (splash on TPU)
+  # attention: "dense" | "blockwise" | "splash" (Pallas TPU kernels) | "cudnn"
+  # (jax.nn.dot_product_attention: cuDNN on GPU) | "auto" (splash on TPU, cudnn on a GPU)
   # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time.
   # lora: train rank-`rank` adapters on the projections whose names fully match `targets`
   # (wq wk wv wo w_gate w_up w_down), scaled by alpha / rank, over a frozen base (rank 0:
@@ -123,6 +126,8 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
       enabled=False, project="rljax", entity="", name="", mode="offline"))))
   if a.cpu:
     apply_cpu(c)
+  if a.gpu:  # float32 master weights, bfloat16 matmuls; cuDNN attention (rljax.models.backend)
+    c.model.dtype, c.model.attention = "bfloat16", "auto"
   if a.tiny:
     apply_tiny(c)
   if a.steps:

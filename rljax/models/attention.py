@@ -152,3 +152,22 @@ def blockwise_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, block: i
   q = (q_BxTxHxE / math.sqrt(e)).astype(q_BxTxHxE.dtype).reshape(b, t, kh, h // kh, e)
   o = _flash(q, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, min(block, k_BxSxKxE.shape[1]))
   return o.reshape(b, t, h, e)
+
+
+def sdpa_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, causal: bool = False,
+                   implementation: str = "xla"):
+  """`attention` through `jax.nn.dot_product_attention` (attention="cudnn"): on GPU with
+  implementation "cudnn" its fused cuDNN kernel, which skips the blocks above the diagonal
+  when `causal` (the mask must then already be causal; it is applied as well, as an
+  additive bias). Where cuDNN cannot take the shape (float32, a head dim over 256 or not a
+  multiple of 8, an odd length with a mask), XLA's implementation runs instead. Scores and
+  softmax are float32 in both; a fully masked query row averages all values, as in
+  `attention`."""
+  t, s, e = q_BxTxHxE.shape[1], k_BxSxKxE.shape[1], q_BxTxHxE.shape[-1]
+  if implementation == "cudnn" and (
+      q_BxTxHxE.dtype not in (jnp.bfloat16, jnp.float16) or e > 256 or e % 8 or t % 2
+      or s % 2):
+    implementation = "xla"
+  return jax.nn.dot_product_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE,
+                                      mask=allowed_BxTxS[:, None], is_causal=causal,
+                                      implementation=implementation)

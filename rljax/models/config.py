@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-ATTENTION_IMPLS = ("dense", "blockwise", "splash", "auto")
+ATTENTION_IMPLS = ("dense", "blockwise", "splash", "cudnn", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,9 @@ class ModelConfig:
   # backward; "blockwise" (flash-style, rljax.models.attention) recomputes them per block;
   # "splash" is the Pallas TPU kernels (rljax.models.pallas_attention): splash attention
   # there and paged attention for bfloat16 decode steps (interpret mode off TPU: slow);
-  # "auto" is "splash" when the program targets TPU, "dense" elsewhere.
+  # "cudnn" is jax.nn.dot_product_attention (cuDNN's fused kernel on GPU, XLA's elsewhere)
+  # for training, scoring and prefill; "auto" is "splash" on TPU, "cudnn" on GPU with
+  # bfloat16 compute, "dense" elsewhere (rljax.models.backend).
   attention: str = "dense"
 
   def __post_init__(self):

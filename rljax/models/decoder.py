@@ -10,6 +10,7 @@ K kv heads, G = H / K, E head dim, F MLP width, V vocabulary, L layers.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -18,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rljax.models import pallas_attention
-from rljax.models.attention import attention, blockwise_attention, prefix_attention
+from rljax.models import backend, pallas_attention
+from rljax.models.attention import (attention, blockwise_attention, prefix_attention,
+                                    sdpa_attention)
 from rljax.models.config import ModelConfig
 from rljax.models.lora import LoraConfig, dequantize
 from rljax.models.quant import WEIGHT_INPUT_AXES
@@ -303,12 +305,14 @@ class Decoder(nnx.Module):
                       preferred_element_type=jnp.float32)
 
   def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None,
-               attend_len: int | None = None, adapters: dict | None = None):
+               attend_len: int | None = None, adapters: dict | None = None,
+               segment_ids_BxT=None):
     """Hidden states [B,T,D] and the updated cache (None without one). attend_len (static,
     cache path): attention reads only the first attend_len cache slots, which must hold
     every filled slot (index + T <= attend_len); the sampler grows it in buckets.
     adapters: LoRA adapters of the model's `lora` config (`rljax.models.lora`), None: the
-    base alone."""
+    base alone. segment_ids_BxT (cache-less forward only): packed rows (`rljax.packing`), a
+    token attends the tokens at or before it with its own segment id (0: padding)."""
     cfg = self.cfg
     if getattr(self, "embed_scale", None) is None:
       x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
@@ -330,10 +334,16 @@ class Decoder(nnx.Module):
     if cache is None:
       causal = jnp.tril(jnp.ones((t, t), bool))
       allowed = causal[None] & mask_BxT[:, None, :]
+      seg_BxT = mask_BxT.astype(jnp.int32)  # splash's segment ids: real 1, padding 0
+      if segment_ids_BxT is not None:
+        seg_BxT = segment_ids_BxT.astype(jnp.int32)
+        allowed = allowed & (seg_BxT[:, :, None] == seg_BxT[:, None, :])
 
       impl = attention_impl(cfg)
-      attn = {"blockwise": blockwise_attention, "dense": attention}.get(
-          impl, lambda q, k, v, _: pallas_attention.splash_attention(q, k, v, mask_BxT))
+      sdpa = functools.partial(sdpa_attention, causal=True,
+                               implementation=backend.sdpa_implementation())
+      attn = {"blockwise": blockwise_attention, "dense": attention, "cudnn": sdpa}.get(
+          impl, lambda q, k, v, _: pallas_attention.splash_attention(q, k, v, seg_BxT))
 
       def layer(x, p):
         return _block(cfg, p, x, positions_BxT, inv_freq,
@@ -345,6 +355,8 @@ class Decoder(nnx.Module):
           cfg, self.scan_unroll, remat=self.remat != "none"))
       return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), None
 
+    if segment_ids_BxT is not None:
+      raise ValueError("Decoder: segment ids (packed rows) are for the cache-less forward")
     s = cache.valid_BxS.shape[1]
     w = s if attend_len is None else min(int(attend_len), s)
     if t > w:
@@ -373,6 +385,8 @@ class Decoder(nnx.Module):
         and pallas_attention.paged_decode_supported(cfg.head_dim, cache.k_LxBxSxKxE.dtype)):
       attn = lambda q, k, v, _: pallas_attention.paged_decode_attention(
           q[:, 0], k, v, valid[:, :w])[:, None]
+    elif t > 1 and attention_impl(cfg) == "cudnn":  # a prefill (decode steps stay dense)
+      attn = functools.partial(sdpa_attention, implementation=backend.sdpa_implementation())
     store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))
     names = ("k_LxBxSxKxE", "v_LxBxSxKxE") + (("k_scale_LxBxSxK", "v_scale_LxBxSxK")
                                               if quantized else ())
@@ -435,10 +449,9 @@ def layer_unroll(cfg: ModelConfig, override: int | None = None, cached: bool = F
 
 
 def attention_impl(cfg: ModelConfig) -> str:
-  """cfg.attention with "auto" resolved for the program being traced (splash on TPU)."""
-  if cfg.attention != "auto":
-    return cfg.attention
-  return "splash" if pallas_attention.on_tpu() else "dense"
+  """cfg.attention with "auto" resolved for the program being traced (`rljax.models.backend`:
+  splash on TPU, cudnn on GPU for bfloat16 compute, dense elsewhere)."""
+  return backend.attention_impl(cfg)
 
 
 def positions_from_mask(mask_BxT) -> jax.Array:

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from rljax import sharding as shd
+from rljax.models import backend
 
 _LANES = 128  # splash blocks are multiples of this
 
@@ -62,11 +63,9 @@ def _block(t: int) -> int:
 
 
 def on_tpu() -> bool:
-  """Whether the program being traced targets TPU (the context mesh's platform, else the
-  default backend); elsewhere the kernels run interpreted (slow, exact)."""
-  mesh = jax.sharding.get_abstract_mesh()
-  device = None if mesh.empty else mesh.abstract_device
-  return (getattr(device, "platform", None) or jax.default_backend()) == "tpu"
+  """Whether the program being traced targets TPU (`rljax.models.backend.platform`);
+  elsewhere the kernels run interpreted (slow, exact)."""
+  return backend.platform() == "tpu"
 
 
 @functools.lru_cache(maxsize=32)
@@ -90,7 +89,9 @@ def _splash_local(q_BxHxTxE, k_BxKxTxE, v_BxKxTxE, seg_BxT):
 
 def splash_attention(q_BxTxHxE, k_BxTxKxE, v_BxTxKxE, mask_BxT):
   """Causal grouped-query self-attention over a padded batch with the splash kernel;
-  equals `attention(q, k, v, causal & mask[:, None, :])` on every real query."""
+  equals `attention(q, k, v, causal & mask[:, None, :])` on every real query. `mask_BxT`
+  is the kernel's segment ids: 1 / 0 (real / padding), or packed rows' segment ids
+  (`rljax.packing`: a query attends only its own segment)."""
   b, t, h, e = q_BxTxHxE.shape
   tp = -(-t // _LANES) * _LANES
   pad = lambda x: jnp.pad(x, ((0, 0), (0, tp - t)) + ((0, 0),) * (x.ndim - 2))
