@@ -37,10 +37,11 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   The default is the CoRT paper's setting (64 prompts × 8 samples, lr 1e-6, clip
   0.2 / 0.27, 4 mini-batches of whole groups = 4 PPO updates per rollout batch); `:cpu`
   is the README's minutes-long main job on 2 CPU cores; `:tiny` a seconds-long random model;
-  `:gpu` bfloat16 compute with cuDNN attention on an NVIDIA GPU (combine: `:cpu,gpu`).
+  `:gpu` bfloat16 compute with cuDNN attention on an NVIDIA GPU (combine: `:cpu,gpu`);
+  `:pack` packed training rows (train.pack).
   """
   a = parse_arg(arg, tiny=False, cpu=False, gpu=False, model="smollm2", steps=0, lora=0,
-                qlora=0)
+                qlora=0, pack=False)
   c = mlc.ConfigDict()
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
@@ -108,10 +109,13 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # old_policy: decoupled (π_old re-scored by the trainer; the IS weight of tis / mis / bpo is
   # π_old / q) | bypass (π_old := the sampler's recorded log q: the PPO ratio π_θ / q is the
   # correction, and at μ > 1 the π_old forward is skipped).
+  # pack: the update's forwards run on packed rows of tokens_per_row tokens (rljax/packing.py:
+  # sequences first-fit into rows, attention within a sequence; the losses and metrics are
+  # the padded batch's); tokens_per_row 0 = the batch's padded row length rounded up to 128.
   c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=4, grad_accum=1,
                                 logprob_chunk=256, ref_model=False, truncate_logprobs=False,
                                 max_consecutive_skips=3, max_collapsed_steps=3,
-                                old_policy="decoupled"))
+                                old_policy="decoupled", pack=False, tokens_per_row=0))
   # async_save: orbax writes in the background; the next save and the exit wait for it
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict",
                                      async_save=True))
@@ -132,6 +136,8 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
     apply_tiny(c)
   if a.steps:
     c.train.steps = a.steps
+  if a.pack:
+    c.train.pack = True
   if a.lora or a.qlora:
     apply_lora(c, a.lora or 16, a.qlora)
   return c

@@ -205,6 +205,13 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         "train.grad_accum", f"{t.grad_accum} must split each mini-batch of {mb_rows} rows "
         f"into whole groups of {g}")
   _need(t.logprob_chunk >= 1, "train.logprob_chunk", "must be >= 1")
+  if t.get("pack", False):
+    longest = max(d.max_prompt_len, d.max_replay_prompt_len) + r.max_new_tokens
+    _need(isinstance(t.tokens_per_row, int) and (t.tokens_per_row == 0
+                                                  or t.tokens_per_row >= longest),
+          "train.tokens_per_row", f"{t.tokens_per_row} must be 0 (each batch's own padded row "
+          f"length) or hold the longest row, max(data.max_prompt_len, "
+          f"data.max_replay_prompt_len) + rollout.max_new_tokens = {longest}")
   _need(0 <= o.overlong_cache <= r.max_new_tokens, "objective.overlong_cache",
         f"{o.overlong_cache} must be in [0, max_new_tokens={r.max_new_tokens}] (0 = off)")
   if o.dynamic_sampling:

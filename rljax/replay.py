@@ -14,7 +14,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from rljax.scoring import policy_params, response_outputs
+from rljax.scoring import batch_pack, policy_params, response_outputs
 
 REPLAY_POLICIES = ("old", "ref")
 REPLAY_MODES = ("all", "per_criterion")
@@ -38,22 +38,24 @@ def replay_scores(graphdef, params, ref_params, batch: dict, sc, old_logp_BxN) -
   pol, adapters = jax.lax.stop_gradient((pol, adapters))
   n = sc.response_len
 
-  def score(tokens, mask):
+  def score(tokens, mask, pack=None):
     return jax.lax.stop_gradient(response_outputs(graphdef, pol, tokens, mask, n, full,
-                                                  adapters=adapters)["logp_BxT"])
+                                                  adapters=adapters, pack=pack)["logp_BxT"])
 
   truncated = sc.top_k or sc.top_p < 1.0
   if sc.replay_policy == "old" and not truncated and old_logp_BxN is not None:
     plus = jax.lax.stop_gradient(old_logp_BxN)
   else:
-    plus = score(batch["tokens_BxL"], batch["attn_mask_BxL"])
+    plus = score(batch["tokens_BxL"], batch["attn_mask_BxL"], batch_pack(batch, "plus", sc))
   out = {"logp_plus_BxN": plus}
   if sc.replay_mode == "all":
-    out["logp_minus_BxN"] = score(batch["minus_tokens_BxM"], batch["minus_attn_mask_BxM"])
+    out["logp_minus_BxN"] = score(batch["minus_tokens_BxM"], batch["minus_attn_mask_BxM"],
+                                  batch_pack(batch, "minus", sc))
     return out
   tok_BxCxL, msk_BxCxL = batch["crit_tokens_BxCxL"], batch["crit_attn_mask_BxCxL"]
   b, c, l = tok_BxCxL.shape
-  crit = score(tok_BxCxL.reshape(b * c, l), msk_BxCxL.reshape(b * c, l)).reshape(b, c, n)
+  crit = score(tok_BxCxL.reshape(b * c, l), msk_BxCxL.reshape(b * c, l),
+               batch_pack(batch, "crit", sc, rows_per_unit=c)).reshape(b, c, n)
   valid_BxC = (batch["crit_id_BxC"] >= 0).astype(jnp.float32)
   delta_BxCxN = (plus[:, None] - crit) * valid_BxC[..., None]
   out["logp_minus_BxN"] = plus - delta_BxCxN.sum(1)  # so that ℓ⁺ − ℓ⁻ = Σ_j Δ_j

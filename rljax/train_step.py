@@ -36,7 +36,7 @@ from rljax import registry
 from rljax.objectives import broadcast_advantage, make_normalizer
 from rljax.objectives.common import require
 from rljax.replay import replay_scores
-from rljax.scoring import policy_params, response_outputs
+from rljax.scoring import batch_pack, policy_params, response_outputs
 from rljax.rollout.metrics import mismatch_metrics
 from rljax.sharding import mesh_scope
 
@@ -70,6 +70,8 @@ class StepConfig:
   num_criteria_ids: int = 0      # per_criterion: size of the criterion-id table (metrics)
   old_policy: str = "decoupled"  # π_old re-scored by the trainer | "bypass": π_old := log q
   lora: bool = False             # params are LoRA adapters over the frozen base `ref_params`
+  tokens_per_row: int = 0        # packed rows (rljax.packing) when the batch carries a plan
+  pack_group: int = 0            # rows per packing unit (0: a group of G; the fused step: B)
 
 
 def make_optimizer(lr: float, *, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
@@ -107,7 +109,8 @@ def score_batch(graphdef, params, batch: dict, sc: StepConfig, ref_params=None) 
     base, adapters = policy_params(params, ref_params, sc)
     out["old_logp_BxN"] = response_outputs(graphdef, base, batch["tokens_BxL"],
                                            batch["attn_mask_BxL"], sc.response_len,
-                                           sc, adapters=adapters)["logp_BxT"]
+                                           sc, adapters=adapters,
+                                           pack=batch_pack(batch, "plus", sc))["logp_BxT"]
   if sc.replay:
     rep = replay_scores(graphdef, params, ref_params, batch, sc, out.get("old_logp_BxN"))
     out.update({("plus_logp_BxN" if k == "logp_plus_BxN" else
@@ -187,14 +190,15 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
   current π_θ gives probability 0 (truncated scoring, after an update) stays in the loss at the
   ratio floor e^−20 that every ratio is clipped to, with zero gradient."""
   obj = sc.objective
+  pack = batch_pack(mb, "plus", sc)
   if sc.use_ref:
     mb = dict(mb, ref_logp_BxN=response_outputs(
         graphdef, jax.lax.stop_gradient(ref_params), mb["tokens_BxL"], mb["attn_mask_BxL"],
-        sc.response_len, sc)["logp_BxT"])
+        sc.response_len, sc, pack=pack)["logp_BxT"])
   base, adapters = policy_params(params, ref_params, sc)  # LoRA: the adapters are differentiated
   out = response_outputs(graphdef, base, mb["tokens_BxL"], mb["attn_mask_BxL"],
                          sc.response_len, sc, mb.get("head_ids_BxNxK") if sc.head_k else None,
-                         adapters=adapters)
+                         adapters=adapters, pack=pack)
   logp_sg = jax.lax.stop_gradient(out["logp_BxT"])
   bypass = sc.old_policy == "bypass"
   if sc.fused_scoring:
@@ -273,6 +277,10 @@ def train_step(state: TrainState, batch: dict, ref_params, *, graphdef, optimize
   """One update over `batch` (optionally `grad_accum` micro-batches, summed under the
   whole batch's normalizer). Returns (new_state, metrics) with scalar metrics."""
   check_step(sc, grad_accum)
+  rows, g = batch["mask_BxN"].shape[0], sc.pack_group or sc.objective.group_size
+  if any(k.startswith("pack_") for k in batch) and (rows // grad_accum) % g:
+    raise ValueError(f"packed rows are planned per unit of {g} rows: {rows} rows in "
+                     f"{grad_accum} micro-batches (train.grad_accum) split a unit")
   if sc.fused_scoring and grad_accum == 1:
     norm = None  # built inside, from the tokens in the loss
   else:  # global over the micro-batches: their masks are final before the step

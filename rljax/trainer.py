@@ -16,6 +16,7 @@ SIGTERM (TPU preemption) saves at the end of the current step and exits cleanly.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -28,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from rljax import distributed as dist
-from rljax import paths
+from rljax import packing, paths
 from rljax import sharding as shd
 from rljax.config_check import sampler_config, validate_config
 from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, PromptEncoder,
@@ -152,8 +153,18 @@ class Trainer:
     return self._draw(step, self._sampler_for(step)[0])
 
   def assemble(self, roll):
-    return assemble(roll, self.objective, replay=self.step_cfg.replay,
-                    per_criterion=self.per_criterion, head=bool(self.step_cfg.head_k))
+    batch = assemble(roll, self.objective, replay=self.step_cfg.replay,
+                     per_criterion=self.per_criterion, head=bool(self.step_cfg.head_k))
+    if self.cfg.train.pack:  # the update's forwards on packed rows (rljax.packing)
+      arrays = batch.arrays()
+      t = self.cfg.train.tokens_per_row or packing.longest_row(arrays)
+      batch = batch._replace(packed=packing.plans(arrays, self._pack_unit(batch), t),
+                             pack_tokens_per_row=t)
+    return batch
+
+  def _pack_unit(self, batch) -> int:
+    return packing.unit_rows(batch.mask_BxN.shape[0], self.objective.group_size,
+                             self.step_cfg.fused_scoring, self.cfg.train.grad_accum)
 
   def update(self, step: int, batch):
     """The optimizer update(s) of one batch (`rljax.update.jit_update`); host metrics."""
@@ -164,8 +175,10 @@ class Trainer:
       ref_sh = (None if self.ref_params is None
                 else jax.tree.map(lambda x: x.sharding, self.ref_params))
       t = self.cfg.train
+      sc = dataclasses.replace(self.step_cfg, tokens_per_row=layout.pack_tokens_per_row,
+                               pack_group=self._pack_unit(batch))
       self._updates[layout] = jit_update(
-          self.model.graphdef, self.optimizer, self.step_cfg, epochs=t.inner_epochs,
+          self.model.graphdef, self.optimizer, sc, epochs=t.inner_epochs,
           num_minibatches=t.num_minibatches, grad_accum=t.grad_accum, state_shardings=state_sh,
           batch_shardings=sh, ref_shardings=ref_sh, replicated=shd.replicated(self.mesh))
     self.state, metrics = self._updates[layout](

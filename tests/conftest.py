@@ -6,6 +6,17 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the whole run, the test workers and the trainer
+# subprocesses they start: most tests are compile-bound and many compile the same tiny
+# programs (the `:tiny` update, sampler and eval). A cache key covers the program, the
+# compile options and XLA_FLAGS, so a run under another instruction set
+# (tests/test_portability.py, which also drops the cache) never reads these executables.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import tempfile as _tempfile
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
+      _tempfile.gettempdir(), f"rljax_tests_jit_cache_{os.getuid()}")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 # Hypothesis: CI (CI=true, set by the CI runner) replays the same derandomized examples on
 # every run, so a red CI is never luck; locally the search is wider and random. Examples it

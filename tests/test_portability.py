@@ -41,7 +41,9 @@ def candidate_isas() -> list[str]:
 
 
 def _env(isa: str | None) -> dict:
-  env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PYTEST_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
+  env["JAX_COMPILATION_CACHE_DIR"] = ""  # compile everything afresh under the other ISA
   flags = "--xla_force_host_platform_device_count=8"
   env["XLA_FLAGS"] = flags + (f" --xla_cpu_max_isa={isa}" if isa else "")
   env.update(JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)

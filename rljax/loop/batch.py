@@ -33,10 +33,15 @@ class TrainBatch(NamedTuple):
   crit_id_BxC: np.ndarray | None = None       # criterion id per slot (−1: none)
   head_ids_BxNxK: np.ndarray | None = None    # the sampler's recorded head
   head_logq_BxNxK: np.ndarray | None = None
+  packed: dict | None = None                  # packing plans: pack_<rows>_<key> (rljax.packing)
+  pack_tokens_per_row: int = 0                # their packed rows' length
 
   def arrays(self) -> dict:
     """The arrays that are present, by name: what `rljax.update` takes."""
-    return {k: v for k, v in self._asdict().items() if v is not None}
+    out = {k: v for k, v in self._asdict().items()
+           if v is not None and k not in ("packed", "pack_tokens_per_row")}
+    out.update(self.packed or {})
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,8 @@ class BatchLayout:
   replay_prompt_len: int = 0    # P⁻ (0: no replay rows)
   num_criteria: int = 0         # C (0: no per-criterion rows)
   head_k: int = 0               # K (0: no recorded head)
+  pack_widths: tuple = ()       # ((rows, W), ...): packing plans of the rows (rljax.packing)
+  pack_tokens_per_row: int = 0  # T of the packed rows (0: not packed)
 
   def shapes(self) -> dict:
     """{name: (shape, dtype)} of every array of a batch with this layout."""
@@ -66,7 +73,13 @@ class BatchLayout:
     if self.head_k:
       k = self.head_k
       out.update(head_ids_BxNxK=((b, n, k), i32), head_logq_BxNxK=((b, n, k), f32))
-    return {name: out[name] for name in TrainBatch._fields if name in out}
+    shapes = {name: out[name] for name in TrainBatch._fields if name in out}
+    for rows, w in self.pack_widths:
+      lead = (b, self.num_criteria) if rows == "crit" else (b,)
+      for k in ("src", "seg", "pos"):
+        shapes[f"pack_{rows}_{k}"] = (lead + (w,), i32)
+      shapes[f"pack_{rows}_out"] = (lead + (n,), i32)
+    return shapes
 
   def shardings(self, mesh) -> dict:
     """The sharding of every array: `rljax.sharding.batch_sharding`, rows over the batch axes."""
@@ -86,4 +99,7 @@ def layout_of(batch: TrainBatch) -> BatchLayout:
       rows=b, prompt_len=batch.tokens_BxL.shape[1] - n, response_len=n,
       replay_prompt_len=0 if batch.minus_tokens_BxM is None else batch.minus_tokens_BxM.shape[1] - n,
       num_criteria=0 if batch.crit_id_BxC is None else batch.crit_id_BxC.shape[1],
-      head_k=0 if batch.head_ids_BxNxK is None else batch.head_ids_BxNxK.shape[2])
+      head_k=0 if batch.head_ids_BxNxK is None else batch.head_ids_BxNxK.shape[2],
+      pack_widths=tuple((k[len("pack_"):-len("_src")], v.shape[-1])
+                        for k, v in (batch.packed or {}).items() if k.endswith("_src")),
+      pack_tokens_per_row=batch.pack_tokens_per_row if batch.packed else 0)

@@ -23,6 +23,10 @@ def rollout_metrics(roll, batch) -> dict:
       out[k] = float(np.mean(info[k]))
   if roll.keep_groups is not None:
     out["rollout/dropped_groups"] = float(np.sum(~np.asarray(roll.keep_groups)))
+  if batch.packed:  # train.pack: real tokens per packed slot, packed slots per padded position
+    seg = batch.packed["pack_plus_seg"]
+    out["pack/utilization"] = float(np.mean(seg > 0))
+    out["pack/slots_vs_padded"] = float(seg.size / batch.tokens_BxL.size)
   return out
 
 

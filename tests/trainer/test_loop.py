@@ -105,6 +105,21 @@ def test_prompt_bucketing_is_exact(tmp_path):
         np.testing.assert_allclose(b[k], a[k], rtol=2e-4, atol=1e-6, err_msg=k)
 
 
+def test_packed_run_equals_padded(tmp_path):
+  """train.pack (rljax.packing): the per-criterion replay and μ = 4 updates on packed rows of
+  192 tokens give the padded run's rollouts, losses and metrics (float32 rounding apart)."""
+  over = {"train.steps": 2, "checkpoint.every": 0, "objective.replay_mode": "per_criterion",
+          "eval.num_prompts": 0}
+  _, wd0 = _run(tmp_path, "padded", **over)
+  _, wd1 = _run(tmp_path, "packed", **over, **{"train.pack": True, "train.tokens_per_row": 192})
+  padded, packed = read_metrics(wd0), read_metrics(wd1)
+  assert all(0 < r["pack/utilization"] <= 1 for r in packed)
+  for a, b in zip(padded, packed):
+    for k, v in a.items():
+      if isinstance(v, float) and not k.startswith(("time", "timeline", "throughput")):
+        np.testing.assert_allclose(b[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
+
+
 def test_bucket_helpers():
   from rljax.loop import Prompts, Rollouts, bucket_len, common_prompt_lens, left_pad_to, trim_left
   assert [bucket_len(n, 32, 160) for n in (1, 32, 33, 150, 160)] == [32, 32, 64, 160, 160]

@@ -1,0 +1,219 @@
+"""Packed training rows: the forwards of the update over variable-length sequences without
+paying for padding.
+
+A batch row is a left-padded prompt followed by a right-padded response; its real tokens
+(`attn_mask == 1`) are one contiguous run. Packing places the runs of each group of G rows
+(the G samples of one prompt; or a whole micro-batch, below) into `R` packed rows of `T = tokens_per_row` tokens, first-fit
+by decreasing length, with a segment id per sequence (0 on padding) and positions that
+restart at 0 per sequence. Attention never crosses a segment (`Decoder(segment_ids=)`), so
+every token sees exactly the tokens it sees in its padded row, and the hidden states that
+predict the response tokens are gathered back to `[B, N]`: the log-probabilities, losses,
+normalizers and metrics downstream are those of the padded batch.
+
+A plan packs one unit of rows together: each micro-batch of the fused μ = 1 step (the whole
+batch without gradient accumulation), or each group of G rows when μ > 1 (`unit_rows`). The
+plan is stored as per-row arrays (each unit's rows hold its packed block, `[B, R·T / U]`),
+so the μ > 1 mini-batches of whole groups (`rljax.update.minibatch_rows`), the
+gradient-accumulation micro-batches and the batch sharding carry the plan with the rows. (At
+μ > 1 every group gets the rows of the fullest group: one group of long answers sets the
+packed size of all.) The plan is host-side NumPy
+(`plan`), built once per rollout batch by the assemble stage; the device gathers the tokens
+(`gather_tokens`) and scatters nothing.
+
+Arrays of a plan for rows `[B, L]` in groups of G (W = R·T / G):
+  src_BxW  index into the group's flattened `[G·L]` tokens of each packed slot (0 on padding)
+  seg_BxW  segment id of each packed slot: 1 + the row's index in its group; 0 on padding
+  pos_BxW  position id of each packed slot (0 at each sequence's first token)
+  out_BxN  index into the group's flattened `[R·T]` packed slots of the hidden state that
+           predicts each of the row's last N tokens (the response); 0 where there is none
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+PLAN_KEYS = ("src", "seg", "pos", "out")
+
+
+class PackingError(ValueError):
+  pass
+
+
+def rows_needed(lengths, capacity: int) -> list[list[int]]:
+  """First-fit decreasing: bins (lists of indices into `lengths`) of total ≤ capacity."""
+  bins, free = [], []
+  for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+    for j, f in enumerate(free):
+      if lengths[i] <= f:
+        bins[j].append(i)
+        free[j] -= lengths[i]
+        break
+    else:
+      bins.append([i])
+      free.append(capacity - lengths[i])
+  return bins
+
+
+def runs(mask_BxL: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(start, length) of each row's run of real tokens; raises unless it is one run."""
+  m = np.asarray(mask_BxL) > 0
+  length = m.sum(1)
+  start = np.where(length > 0, m.argmax(1), 0)
+  cols = np.arange(m.shape[1])[None]
+  contiguous = (m == ((cols >= start[:, None]) & (cols < (start + length)[:, None]))).all(1)
+  if not contiguous.all():
+    bad = int(np.flatnonzero(~contiguous)[0])
+    raise PackingError(f"row {bad}: its real tokens (attention mask 1) are not one run; a row "
+                       "must be a left-padded prompt followed by a right-padded response")
+  return start, length
+
+
+def rows_per_group(mask_BxL, group: int, tokens_per_row: int) -> int:
+  """The packed rows the fullest group needs (first-fit decreasing)."""
+  _, length = runs(mask_BxL)
+  b = length.shape[0]
+  return max(len(rows_needed(list(length[g * group:(g + 1) * group]), tokens_per_row))
+             for g in range(b // group))
+
+
+def plan(mask_BxL, group: int, tokens_per_row: int, n: int, rows: int | None = None) -> dict:
+  """The packing of rows `[B, L]` (groups of `group` consecutive rows) into `rows` packed rows
+  of `tokens_per_row` tokens per group (None: what the fullest group needs, rounded up so that
+  rows · tokens_per_row divides by `group`). `n`: the response length (the last n tokens of
+  each row are predicted by `out_BxN`). Returns {src, seg, pos: [B, W], out: [B, n]}."""
+  mask = np.asarray(mask_BxL)
+  b, l = mask.shape
+  t = int(tokens_per_row)
+  if b % group:
+    raise PackingError(f"{b} rows do not split into groups of {group}")
+  start, length = runs(mask)
+  if length.max(initial=0) > t:
+    raise PackingError(f"a sequence of {int(length.max())} tokens does not fit in "
+                       f"tokens_per_row={t} (train.tokens_per_row); raise it to at least "
+                       "the longest prompt + response")
+  groups = b // group
+  bins = [rows_needed(list(length[g * group:(g + 1) * group]), t) for g in range(groups)]
+  need = max(len(x) for x in bins)
+  r = need if rows is None else int(rows)
+  if r < need:
+    raise PackingError(f"a group needs {need} packed rows of {t} tokens; {r} were asked for")
+  while (r * t) % group:
+    r += 1
+  w = r * t // group
+  src = np.zeros((groups, r * t), np.int32)
+  seg = np.zeros((groups, r * t), np.int32)
+  pos = np.zeros((groups, r * t), np.int32)
+  out = np.zeros((b, n), np.int32)
+  resp_start = l - n  # column of the first response token in a padded row
+  for g, rows_g in enumerate(bins):
+    for ri, members in enumerate(rows_g):
+      off = ri * t
+      for j in members:
+        row = g * group + j
+        s, ln = int(start[row]), int(length[row])
+        dst = np.arange(off, off + ln)
+        src[g, dst] = j * l + np.arange(s, s + ln)
+        seg[g, dst] = j + 1
+        pos[g, dst] = np.arange(ln)
+        # the hidden state at padded column c predicts column c + 1: response column
+        # resp_start + k is predicted by column resp_start + k - 1, at slot off + (c - s)
+        cols = resp_start - 1 + np.arange(n)
+        inside = (cols >= s) & (cols < s + ln - 1)
+        out[row] = np.where(inside, off + cols - s, 0)
+        off += ln
+  return {"src": src.reshape(b, w), "seg": seg.reshape(b, w), "pos": pos.reshape(b, w),
+          "out": out}
+
+
+def utilization(seg_BxW) -> float:
+  """The share of packed slots that hold a real token."""
+  seg = np.asarray(seg_BxW)
+  return float((seg > 0).mean()) if seg.size else 0.0
+
+
+def gather_tokens(tokens_BxL, src_BxW, group: int, tokens_per_row: int):
+  """The packed token rows `[B·W / T, T]` (jnp; `src` from `plan`)."""
+  b, l = tokens_BxL.shape
+  flat = tokens_BxL.reshape(b // group, group * l)
+  packed = jnp.take_along_axis(flat, src_BxW.reshape(b // group, -1), axis=1)
+  return packed.reshape(-1, tokens_per_row)
+
+
+def as_rows(x_BxW, tokens_per_row: int):
+  """A plan's per-row array `[B, W]` as packed rows `[B·W / T, T]`."""
+  return x_BxW.reshape(-1, tokens_per_row)
+
+
+def gather_hidden(hidden_RxTxD, out_BxN, group: int):
+  """The hidden states `[B, N, D]` that predict each row's response tokens, from the packed
+  forward's `[R_total, T, D]` (each group's block of rows is contiguous)."""
+  b, n = out_BxN.shape
+  d = hidden_RxTxD.shape[-1]
+  h = hidden_RxTxD.reshape(b // group, -1, d)
+  idx = out_BxN.reshape(b // group, group * n)
+  return jnp.take_along_axis(h, idx[..., None], axis=1).reshape(b, n, d)
+
+
+# the batch's token rows that are packed, by plan name: (tokens, mask) keys
+ROWS = {"plus": ("tokens_BxL", "attn_mask_BxL"),
+        "minus": ("minus_tokens_BxM", "minus_attn_mask_BxM"),
+        "crit": ("crit_tokens_BxCxL", "crit_attn_mask_BxCxL")}
+
+
+def longest_row(batch: dict, multiple: int = 128) -> int:
+  """The default packed row length: the batch's longest padded token row, rounded up to a
+  multiple of `multiple` (TPU lanes; any row count then divides into the batch's rows)."""
+  longest = max(np.shape(batch[t])[-1] for t, _ in ROWS.values() if t in batch)
+  return -(-longest // multiple) * multiple
+
+
+def unit_rows(rows: int, group: int, fused: bool, grad_accum: int = 1) -> int:
+  """The rows one plan packs together: each micro-batch of the fused μ = 1 step (its rows
+  never move), else a group of G (μ > 1 mini-batches are drawn as whole groups on device)."""
+  return rows // grad_accum if fused else group
+
+
+def bucket_rows(rows: int, unit: int) -> int:
+  """`rows` rounded up to a multiple of ⌈unit / 8⌉: at most 8 packed shapes per batch shape."""
+  step = max(1, -(-unit // 8))
+  return -(-rows // step) * step
+
+
+def plans(batch: dict, group: int, tokens_per_row: int, bucket: bool = True) -> dict:
+  """The plan of each of the batch's token rows (x⁺ + response; the replay's x⁻ + response
+  or per-criterion rows when present) as {`pack_<rows>_<key>`: host array}. The
+  per-criterion rows [B, C, L] are planned in groups of G·C and stored as [B, C, ...].
+  `bucket`: the packed rows per group are rounded up (`bucket_rows`), so a run compiles its
+  update for a few shapes, not one per batch."""
+  n = batch["mask_BxN"].shape[1]
+  out = {}
+  for name, (_, mask_key) in ROWS.items():
+    if mask_key not in batch or batch[mask_key] is None:
+      continue
+    mask = np.asarray(batch[mask_key])
+    lead = mask.shape[:-1]
+    flat = mask.reshape(-1, mask.shape[-1])
+    unit = group * int(np.prod(lead[1:], dtype=int))
+    rows = rows_per_group(flat, unit, tokens_per_row)
+    if bucket:
+      rows = bucket_rows(rows, unit)
+    p = plan(flat, unit, tokens_per_row, n, rows=rows)
+    for k in PLAN_KEYS:
+      out[f"pack_{name}_{k}"] = p[k].reshape(*lead, -1)
+  return out
+
+
+def add_plans(batch: dict, group: int, tokens_per_row: int, bucket: bool = False) -> dict:
+  """`batch` with its `plans` added."""
+  return {**batch, **plans(batch, group, tokens_per_row, bucket)}
+
+
+def padded_tokens(batch: dict) -> dict:
+  """{rows: positions a padded forward computes} of a batch, against `packed_tokens`."""
+  return {name: int(np.prod(np.shape(batch[t]))) for name, (t, _) in ROWS.items() if t in batch}
+
+
+def packed_tokens(batch: dict) -> dict:
+  """{rows: packed slots} of a batch carrying plans (`add_plans`)."""
+  return {name: int(np.prod(np.shape(batch[f"pack_{name}_seg"]))) for name in ROWS
+          if f"pack_{name}_seg" in batch}

@@ -1,0 +1,173 @@
+"""Packed training rows (rljax.packing) equal the padded batch: the plan rebuilds every
+sequence, the decoder's packed forward gives the padded hidden states, and the update's
+loss, gradients and metrics agree at float32 rounding (fused μ = 1 with the CoRT replay,
+μ > 1, gradient accumulation, the per-criterion replay, the reference KL). The forward's
+equivalence is also rerun under another instruction set (`numerics`); the step-level ones
+compare two paths compiled on the same machine and are not (they cost minutes there)."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from rljax import packing
+from rljax.models import create_model, positions_from_mask
+from rljax.scoring import Pack, response_outputs
+from rljax.train_step import init_state, jit_train_step
+from rljax.update import jit_update_batch
+from tests.test_train_step import CFG, G, N, P, PM, setup
+
+
+def ragged_batch(b=16, seed=0, crit=0):
+  """Rows of a left-padded prompt (1..P real tokens) and a response of 1..N tokens."""
+  rng = np.random.RandomState(seed)
+  v = CFG.vocab_size
+  plens = np.repeat(rng.randint(2, P + 1, b // G), G)  # one prompt per group
+  rlens = rng.randint(1, N + 1, b)
+  plus = rng.randint(0, v, (b, P)).astype(np.int32)
+  pmask = (np.arange(P)[None] >= (P - plens)[:, None]).astype(np.int32)
+  resp = rng.randint(0, v, (b, N)).astype(np.int32)
+  rmask = (np.arange(N)[None] < rlens[:, None]).astype(np.int32)
+  minus, mmask = plus[:, P - PM:].copy(), pmask[:, P - PM:].copy()
+  mmask[:, -1] = 1  # every x⁻ keeps at least one token
+  out = {"tokens_BxL": np.concatenate([plus, resp], 1),
+         "attn_mask_BxL": np.concatenate([pmask, rmask], 1),
+         "minus_tokens_BxM": np.concatenate([minus, resp], 1),
+         "minus_attn_mask_BxM": np.concatenate([mmask, rmask], 1),
+         "mask_BxN": rmask.astype(np.float32),
+         "adv_B": rng.randn(b).astype(np.float32),
+         "sampler_logp_BxN": (-rng.rand(b, N) * 3).astype(np.float32),
+         "rewards_B": rng.rand(b).astype(np.float32)}
+  if crit:
+    cmask = np.repeat(out["attn_mask_BxL"][:, None], crit, 1).copy()
+    cmask[:, 1:, P - 2] = 0  # criterion j > 0 removes a prompt token... kept contiguous:
+    cmask[:, 1:, :P - 1] = 0  # ...its rows keep only the last prompt token
+    out.update(crit_tokens_BxCxL=np.repeat(out["tokens_BxL"][:, None], crit, 1),
+               crit_attn_mask_BxCxL=cmask,
+               crit_id_BxC=np.tile(np.arange(crit, dtype=np.int32), (b, 1)))
+  return out
+
+
+@pytest.mark.parametrize("t", [P + N, 2 * (P + N), 40])
+def test_plan_rebuilds_every_sequence(t):
+  batch = ragged_batch(seed=1)
+  tokens, mask = batch["tokens_BxL"], batch["attn_mask_BxL"]
+  p = packing.plan(mask, G, t, N)
+  b, l = tokens.shape
+  w = p["src"].shape[1]
+  assert (w * G) % t == 0
+  packed = np.asarray(packing.gather_tokens(jnp.asarray(tokens), jnp.asarray(p["src"]), G, t))
+  seg, pos = p["seg"].reshape(-1, t), p["pos"].reshape(-1, t)
+  start, length = packing.runs(mask)
+  for row in range(b):
+    g, j = divmod(row, G)
+    rows_g = slice(g * (w * G // t), (g + 1) * (w * G // t))
+    where = seg[rows_g] == j + 1
+    assert where.sum() == length[row]  # every real token once, in one packed row
+    r = np.flatnonzero(where.any(1))
+    assert len(r) == 1
+    got = packed[rows_g][r[0]][where[r[0]]]
+    np.testing.assert_array_equal(got, tokens[row, start[row]:start[row] + length[row]])
+    np.testing.assert_array_equal(pos[rows_g][r[0]][where[r[0]]], np.arange(length[row]))
+    # out: the packed slot before each real response token holds the padded predecessor
+    flat = packed[rows_g].reshape(-1)
+    for k in range(N):
+      if mask[row, P + k] and mask[row, P + k - 1]:
+        assert flat[p["out"][row, k]] == tokens[row, P + k - 1]
+  assert packing.utilization(p["seg"]) > 0
+
+
+def test_plan_refuses_what_it_cannot_pack():
+  mask = np.ones((4, 8), np.int32)
+  with pytest.raises(packing.PackingError, match="tokens_per_row"):
+    packing.plan(mask, 4, 6, 2)
+  mask[1, 3] = 0
+  with pytest.raises(packing.PackingError, match="row 1"):
+    packing.plan(mask, 4, 8, 2)
+  with pytest.raises(packing.PackingError, match="groups of 3"):
+    packing.plan(np.ones((4, 8), np.int32), 3, 8, 2)
+
+
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
+@pytest.mark.parametrize("attention", ["dense", "cudnn"])
+def test_packed_forward_equals_padded(attention):
+  batch = ragged_batch(seed=2)
+  cfg = CFG.replace(attention=attention)
+  graphdef, state = nnx.split(create_model(cfg, seed=0))
+  t = 2 * (P + N)
+  p = packing.plan(batch["attn_mask_BxL"], G, t, N)
+  sc = setup(())[3]
+
+  @jax.jit
+  def both(state, tokens, mask, arrays):
+    f = lambda pk: response_outputs(graphdef, state, tokens, mask, N, sc, pack=pk)
+    return f(None), f(Pack(*arrays, group=G, tokens_per_row=t))
+
+  ref, out = both(state, batch["tokens_BxL"], batch["attn_mask_BxL"],
+                  tuple(p[k] for k in packing.PLAN_KEYS))
+  m = batch["mask_BxN"] > 0
+  for k in ("logp_BxT", "entropy_BxT"):
+    np.testing.assert_allclose(np.where(m, out[k], 0), np.where(m, ref[k], 0), atol=1e-5)
+
+
+def _compare(ref, out, atol=1e-5):
+  (s_ref, m_ref), (s_out, m_out) = ref, out
+  for a, b in zip(jax.tree.leaves(s_ref.params), jax.tree.leaves(s_out.params)):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=atol, rtol=1e-5)
+  assert set(m_ref) == set(m_out)
+  for k in m_ref:
+    np.testing.assert_allclose(np.asarray(m_out[k]), np.asarray(m_ref[k]), atol=atol,
+                               rtol=1e-5, err_msg=k)
+
+
+def _packed(batch, sc, t, unit=G):
+  return (packing.add_plans(batch, unit, t),
+          dataclasses.replace(sc, tokens_per_row=t, pack_group=unit))
+
+
+@pytest.mark.parametrize("grad_accum,whole", [(1, True), (2, True), (2, False)])
+def test_fused_cort_step_packed_equals_padded(grad_accum, whole):
+  """μ = 1 (π_old = sg(π_θ), the replay inside) with the CoRT replay, each micro-batch packed
+  as one unit (what the trainer does) or group by group: the parameters after one SGD step
+  (the gradient itself) and every metric."""
+  graphdef, params, opt, sc, obj = setup(opt=optax.sgd(1.0))
+  batch = ragged_batch(seed=3)
+  unit = packing.unit_rows(16, G, fused=True, grad_accum=grad_accum) if whole else G
+  pbatch, psc = _packed(batch, sc, 2 * (P + N), unit)
+  assert "pack_minus_src" in pbatch
+  run = lambda sc, b: jit_train_step(graphdef, opt, sc, grad_accum)(
+      init_state(jax.tree.map(jnp.copy, params), opt, obj), b, None)
+  _compare(run(sc, batch), run(psc, pbatch))
+
+
+def test_minibatch_updates_packed_equal_padded():
+  """μ = 2 epochs × 2 mini-batches with the CoRT replay and a reference KL term: score once,
+  then a device-side permutation of whole groups carries the plans with the rows."""
+  graphdef, params, opt, sc, obj = setup(opt=optax.sgd(0.5), use_ref=True)
+  batch = ragged_batch(seed=4)
+  pbatch, psc = _packed(batch, sc, P + N + 6)
+  run = lambda sc, b: jit_update_batch(graphdef, opt, dataclasses.replace(
+      sc, fused_scoring=False), epochs=2, num_minibatches=2)(
+      init_state(jax.tree.map(jnp.copy, params), opt, obj), b, params, jax.random.key(5))
+  _compare(run(sc, batch), run(psc, pbatch))
+
+
+def test_per_criterion_replay_packed_equals_padded():
+  graphdef, params, opt, sc, obj = setup(opt=optax.sgd(1.0), replay_mode="per_criterion",
+                                         num_criteria_ids=3)
+  batch = ragged_batch(seed=6, crit=3)
+  pbatch, psc = _packed(batch, sc, 2 * (P + N))
+  assert pbatch["pack_crit_src"].shape[:2] == (16, 3)
+  run = lambda sc, b: jit_train_step(graphdef, opt, sc)(
+      init_state(jax.tree.map(jnp.copy, params), opt, obj), b, None)
+  _compare(run(sc, batch), run(psc, pbatch))
+
+
+def test_grad_accum_that_splits_a_group_is_refused():
+  graphdef, params, opt, sc, obj = setup(opt=optax.sgd(1.0))
+  pbatch, psc = _packed(ragged_batch(b=8, seed=7), sc, 2 * (P + N))
+  with pytest.raises(ValueError, match="split a unit"):
+    jit_train_step(graphdef, opt, psc, 4)(init_state(params, opt, obj), pbatch, None)
