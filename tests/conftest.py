@@ -33,3 +33,23 @@ if _hyp_settings is not None:
                                  suppress_health_check=[HealthCheck.too_slow])
   _ci = os.environ.get("CI", "").lower() in ("1", "true", "yes")
   _hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if _ci else "dev"))
+
+
+# The longest tests first (minutes each on 2 cores): with `-n 2` the other worker runs the
+# short ones meanwhile, instead of one worker finishing alone on a long test at the end.
+_HEAVY_FIRST = ("tests/test_portability.py::test_numerics_tests_pass_under_another",
+                "tests/experiments/test_run_all.py::test_run_all_quick",
+                "tests/trainer/test_resume.py::test_sigkill_then_rerun",
+                "tests/test_aot.py::test_a_paper_config",
+                "tests/trainer/test_multiprocess.py::",
+                "tests/trainer/test_lora.py::test_lora_loop",
+                "tests/trainer/test_async.py::test_disaggregated_k1",
+                "tests/test_device_bench.py::")
+
+
+def pytest_collection_modifyitems(config, items):
+  def rank(item):
+    nodeid = item.nodeid
+    return next((i for i, p in enumerate(_HEAVY_FIRST) if nodeid.startswith(p)),
+                len(_HEAVY_FIRST))
+  items.sort(key=rank)  # stable: the rest keep their order

@@ -22,6 +22,7 @@ recorded and the next section runs), so a call stopped at its time limit keeps w
             attention) for 3 steps on a random SmolLM2-shaped model with SmolLM2's
             tokenizer (`--tokenizer`; the GGUF's weights do not fit in a device call):
             seconds per step and per stage from its metrics.jsonl. Learning is not measured.
+            (The dry run runs `:tiny` as the tests do, in float32.)
 
 Then DIR/device_table.md: the table for bench/README.md.
 """
@@ -258,9 +259,7 @@ def section_main_job(args):
   from configs.common import base_config
   from rljax.trainer import Trainer
   cfg = base_config("tiny" if args.dry_run else "cpu,gpu")
-  if args.dry_run:
-    cfg.model.dtype, cfg.model.attention = "bfloat16", "auto"
-  else:
+  if not args.dry_run:
     cfg.model.tiny = True  # random weights of SmolLM2's shapes, SmolLM2's tokenizer
     shape = dict(SHAPES["smollm2_135m"])
     shape.pop("vocab_size")
