@@ -76,10 +76,12 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # on the rest, as mesh.shape). Batch t is drawn from policy version t - k: max_staleness = k
   # draws it on the sampler's devices while batch t - k trains (disaggregated); lag = k is
   # the same schedule run in turn on one mesh (colocated: the synchronous reference).
+  # compact_every: 0 off; k: every k decode steps, the rows still running move into a
+  # decode batch half as large whenever they fit (finished rows stop costing; same samples).
   c.rollout = mlc.ConfigDict(dict(
       num_generations=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
       record_topk=0, copy="none", sync_every=1, placement="colocated", num_devices=0,
-      mesh_shape=(), max_staleness=0, lag=0))
+      mesh_shape=(), max_staleness=0, lag=0, compact_every=0))
   # reward: a registered name or "module:fn", its options, or weighted terms
   # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
   # guard: csr / aon give 0 to degenerate answers the checkers accept (a repeated template,

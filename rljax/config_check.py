@@ -70,7 +70,8 @@ def sampler_config(cfg: mlc.ConfigDict, stop_ids=None, pad_id: int = 0) -> Sampl
   r = cfg.rollout
   return SamplerConfig(max_new_tokens=r.max_new_tokens, temperature=float(r.temperature),
                        top_k=r.top_k, top_p=float(r.top_p), num_generations=r.num_generations,
-                       record_topk=r.record_topk, stop_token_ids=stop_ids, pad_token_id=pad_id)
+                       record_topk=r.record_topk, stop_token_ids=stop_ids, pad_token_id=pad_id,
+                       compact_every=r.get("compact_every", 0))
 
 
 def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
@@ -99,7 +100,7 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   from rljax.loop.placement import PLACEMENTS
   _need(r.placement in PLACEMENTS, "rollout.placement",
         f"{r.placement!r}; valid: {', '.join(PLACEMENTS)}")
-  for key in ("max_staleness", "lag", "num_devices"):
+  for key in ("max_staleness", "lag", "num_devices", "compact_every"):
     _need(isinstance(r[key], int) and r[key] >= 0, f"rollout.{key}",
           f"must be an int >= 0, got {r[key]!r}")
   if r.placement == "disaggregated":

@@ -24,7 +24,8 @@ from typing import Any
 MAY_CHANGE = ("workdir", "train.steps", "checkpoint.", "eval.", "log.", "mesh.",
               "data.data_dir", "reward.num_threads", "model.remat", "train.logprob_chunk",
               "train.grad_accum", "rollout.placement", "rollout.num_devices",
-              "rollout.mesh_shape", "train.pack", "train.tokens_per_row")
+              "rollout.mesh_shape", "train.pack", "train.tokens_per_row",
+              "rollout.compact_every")
 # Keys that define the run: shapes, objective, data. Anything not listed here or in
 # MAY_CHANGE (optimizer hyper-parameters, ...) may change too, with a warning.
 IDENTITY = ("seed", "model.", "data.", "objective.", "reward.", "rollout.num_generations",
@@ -38,7 +39,8 @@ REMOVED = ("objective.teacher",)
 # Keys added since: a saved config.json without them ran with these values.
 ADDED = {"rollout.lag": 0, "rollout.max_staleness": 0, "model.lora.rank": 0,
          "model.lora.alpha": 32.0, "model.lora.targets": "wq|wk|wv|wo|w_gate|w_up|w_down",
-         "model.lora.base_bits": 0, "train.pack": False, "train.tokens_per_row": 0}
+         "model.lora.base_bits": 0, "train.pack": False, "train.tokens_per_row": 0,
+         "rollout.compact_every": 0}
 
 
 class WorkdirError(ValueError):

@@ -29,6 +29,7 @@ class Rollouts:
   examples: list | None = None      # this host's examples, one per row (None after a refill)
   keep_groups: np.ndarray | None = None  # [P] dynamic sampling: groups kept in the loss
   resample_tries: int = 0
+  decode_row_steps: int = 0         # rows × decode steps the sampler ran (resamples included)
 
 
 def numeric_rows(value, n: int):
@@ -57,14 +58,16 @@ class Collector:
     """The prompts (rows) of a global batch that this process's devices hold."""
     return dist.local_rows_of(self.mesh, (num_prompts, self.encoder.d.max_prompt_len))
 
-  def generate(self, sampler, prompts: Prompts, key, cfg, num_prompts: int, replay: bool = True):
+  def generate(self, sampler, prompts: Prompts, key, cfg, num_prompts: int, replay: bool = True,
+               stats: dict | None = None):
     """Host-local prompt rows -> global arrays -> generate -> the whole rollout as numpy on
-    every process, and the replay prompts gathered alongside (None without `replay`)."""
+    every process, and the replay prompts gathered alongside (None without `replay`).
+    `stats`: filled with the sampler's decode cost (`rljax.rollout.generate`)."""
     block = self.prompt_rows(num_prompts)
     keys = dist.key_data_rows(key, num_prompts, block)  # = split(key, prompts)[block]
     g_ids, g_mask, g_keys = dist.to_global((prompts.plus_ids, prompts.plus_mask, keys),
                                            self.mesh, num_prompts)
-    r = generate(sampler, g_ids, g_mask, g_keys, cfg, mesh=self.mesh)
+    r = generate(sampler, g_ids, g_mask, g_keys, cfg, mesh=self.mesh, stats=stats)
     minus = (dist.gather(dist.to_global(prompts.replay(), self.mesh, num_prompts))
              if replay else None)
     return dist.gather(r), minus
@@ -74,7 +77,8 @@ class Collector:
     g, n_p = self.sampler_cfg.num_generations, len(indices)
     prompts = self.encoder.encode([self.decode(self.source[int(i)])
                                    for i in indices[self.prompt_rows(n_p)]])
-    r, minus = self.generate(sampler, prompts, key, self.sampler_cfg, n_p)
+    stats = {}
+    r, minus = self.generate(sampler, prompts, key, self.sampler_cfg, n_p, stats=stats)
     rows = dist.local_rows_of(self.mesh, r.tokens_BxN.shape)
     tokens, rmask = r.tokens_BxN[rows], r.mask_BxN[rows]
     texts = self.tokenizer.batch_decode([row[m > 0] for row, m in zip(tokens, rmask)],
@@ -93,7 +97,8 @@ class Collector:
           jnp.asarray(r.mask_BxN.sum(1)), self.sampler_cfg.max_new_tokens, self.overlong_cache)))
       rewards = rewards + info["overlong_penalty"]
     prompts = minus._replace(plus_ids=r.prompt_ids_BxP[::g], plus_mask=r.prompt_mask_BxP[::g])
-    return Rollouts(r=r, prompts=prompts, rewards=rewards, info=info, examples=row_examples)
+    return Rollouts(r=r, prompts=prompts, rewards=rewards, info=info, examples=row_examples,
+                    decode_row_steps=stats["row_steps"])
 
 
 def collect(rollout_fn: Callable[[Any], Rollouts], key, *, group_size: int,
@@ -137,7 +142,8 @@ def refill(roll: Rollouts, keep, extra: Rollouts, ekeep, g: int):
         rewards=rewards, info=info, prompts=prompts)
     keep = keep.copy()
     keep[dst] = True
-  return roll, keep
+  return dataclasses.replace(roll, decode_row_steps=roll.decode_row_steps
+                             + extra.decode_row_steps), keep
 
 
 def common_prompt_lens(a: Rollouts, b: Rollouts):

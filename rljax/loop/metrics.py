@@ -14,7 +14,9 @@ def rollout_metrics(roll, batch) -> dict:
          "response/length_clip_ratio": float(np.mean(np.asarray(roll.r.truncated_B))),
          # x+ columns after prompt bucketing (data.prompt_bucket)
          "rollout/prompt_len": float(batch.tokens_BxL.shape[1] - mask.shape[1]),
-         "rollout/resample_tries": roll.resample_tries}
+         "rollout/resample_tries": roll.resample_tries,
+         # rows × decode steps the sampler ran (rollout.compact_every lowers it)
+         "rollout/decode_row_steps": float(roll.decode_row_steps)}
   for k in ("csr", "aon", "overlong_penalty", "accuracy", "degenerate"):
     if k in info:
       out[f"reward/{k}"] = float(np.mean(info[k]))

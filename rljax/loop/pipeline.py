@@ -150,6 +150,7 @@ def to_tree(drawn: list[Drawn]) -> tuple[dict, list]:
     names = sorted(fields)
     tree[f"b{i}"] = {f"a{j}": np.asarray(fields[k]) for j, k in enumerate(names)}
     spec.append({"batch": d.batch, "version": d.version, "resample_tries": r.resample_tries,
+                 "decode_row_steps": int(r.decode_row_steps),
                  "fields": names, "shapes": [[list(np.shape(fields[k])),
                                               str(np.asarray(fields[k]).dtype)] for k in names]})
   return tree, spec
@@ -172,7 +173,8 @@ def from_tree(tree: dict, spec: list) -> list[Drawn]:
                     prompts=Prompts(**{f: prompts.get(f) for f in Prompts._fields}),
                     rewards=arrays["rewards"], info=part("info"), examples=None,
                     keep_groups=arrays.get("keep_groups"),
-                    resample_tries=int(s["resample_tries"]))
+                    resample_tries=int(s["resample_tries"]),
+                    decode_row_steps=int(s.get("decode_row_steps", 0)))
     out.append(Drawn(batch=int(s["batch"]), version=int(s["version"]), roll=roll))
   return out
 

@@ -25,6 +25,11 @@ class SamplerConfig:
   top_p_prefix     top-p without top-k first looks for the nucleus among this many top
                    candidates (`lax.top_k`), falling back to a full-vocabulary sort for
                    the step where the nucleus is wider; the distribution is the same.
+  compact_every    0 off; k > 0: every k decode steps, when at most half of the decode
+                   batch's rows are still running, the running rows move into a batch half
+                   as large (halved again while that holds), so finished rows stop costing
+                   decode steps. Every row keeps its own PRNG key and cache: the samples are
+                   those of the uncompacted sampler.
   """
   max_new_tokens: int = 128
   temperature: float = 1.0
@@ -36,6 +41,7 @@ class SamplerConfig:
   cache_length: int | None = None
   pad_token_id: int = 0
   top_p_prefix: int = 256
+  compact_every: int = 0
 
   def __post_init__(self):
     if self.stop_token_ids is not None:
@@ -61,6 +67,8 @@ class SamplerConfig:
            f"record_topk must be 0 (off), k > 0, or -1 / 'full' (whole vocabulary), got {k!r}")
     _check(isinstance(self.top_p_prefix, int) and self.top_p_prefix >= 1,
            f"top_p_prefix must be an int >= 1, got {self.top_p_prefix!r}")
+    _check(isinstance(self.compact_every, int) and self.compact_every >= 0,
+           f"compact_every must be an int >= 0 (0 = off), got {self.compact_every!r}")
     _check(self.cache_length is None or (isinstance(self.cache_length, int)
                                          and self.cache_length >= 1),
            f"cache_length must be None or an int >= 1, got {self.cache_length!r}")

@@ -211,7 +211,10 @@ def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int,
   return out
 
 
-def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: DecodeState):
+def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: DecodeState,
+            until):
+  """Decode steps until `until` tokens per row (a traced int32: one program for every
+  segment of a compacting sampler), or until every row has stopped."""
   model: Decoder = nnx.merge(graphdef, state)
   k_head = _head_size(cfg, model.cfg.vocab_size)
 
@@ -225,9 +228,78 @@ def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: De
     return _constrain(ds, mesh)
 
   for end, attend_len in buckets:  # each loop exits early once every row has stopped
-    ds = jax.lax.while_loop(lambda ds, e=end: (ds.step < e) & jnp.any(~ds.done_B),
+    ds = jax.lax.while_loop(lambda ds, e=end: (ds.step < jnp.minimum(e, until))
+                            & jnp.any(~ds.done_B),
                             functools.partial(body, attend_len=attend_len), ds)
   return ds
+
+
+def _compact(mesh, size: int, ds: DecodeState, rows_B):
+  """The `size` rows that continue: every running row (in order), then finished rows as
+  filler (they stay finished). `rows_B`: each row's index in the full batch, carried along.
+  A shared prompt cache becomes one prefix per kept row (rows of different prompts mix)."""
+  keep = jnp.argsort(ds.done_B, stable=True)[:size]
+  take = lambda x, axis=0: None if x is None else jnp.take(x, keep, axis=axis)
+  c, pre = ds.cache, ds.cache.prefix
+  if pre is not None:
+    src = keep // (ds.done_B.shape[0] // pre.valid_PxS.shape[0])
+    pick = lambda x, axis=1: None if x is None else jnp.take(x, src, axis=axis)
+    pre = SharedPrefix(pick(pre.k_LxPxSxKxE), pick(pre.v_LxPxSxKxE), pick(pre.valid_PxS, 0),
+                       pick(pre.k_scale_LxPxSxK), pick(pre.v_scale_LxPxSxK))
+  cache = KVCache(take(c.k_LxBxSxKxE, 1), take(c.v_LxBxSxKxE, 1), take(c.valid_BxS), c.index,
+                  take(c.k_scale_LxBxSxK, 1), take(c.v_scale_LxBxSxK, 1), pre)
+  out = DecodeState(cache, *(take(x) for x in ds[1:7]), ds.keys_B[keep], take(ds.prompt_len_B),
+                    ds.step)
+  return _constrain(out, mesh), rows_B[keep]
+
+
+def _outputs(ds: DecodeState) -> tuple:
+  return (ds.tokens_BxN, ds.mask_BxN, ds.logq_BxN, ds.head_ids_BxNxK, ds.head_logq_BxNxK,
+          ds.done_B)
+
+
+def _scatter(full: tuple, part: tuple, rows_B) -> tuple:
+  """Writes the decode batch's rows into the full batch's outputs at their rows."""
+  return tuple(None if f is None else f.at[rows_B].set(p) for f, p in zip(full, part))
+
+
+_compact_jit = jax.jit(_compact, static_argnums=(0, 1))
+_scatter_jit = jax.jit(_scatter, donate_argnums=0)
+_live_rows = jax.jit(lambda done_B: jnp.sum(~done_B))
+
+
+def _batch_unit(mesh) -> int:
+  """Rows per shard step of the batch axes: a compacted batch stays a multiple of it."""
+  return 1 if mesh is None else int(np.prod([mesh.shape[a] for a in shd.BATCH]))
+
+
+def _decode_compacting(decode, state, ds: DecodeState, cfg: SamplerConfig, mesh,
+                       stats: dict) -> tuple:
+  """Decode in segments of `cfg.compact_every` steps; after a segment, halve the decode
+  batch (repeatedly) while the running rows fit, carrying each row's cache, key and
+  outputs. Returns the full batch's outputs (`_outputs` order)."""
+  n, unit = cfg.max_new_tokens, _batch_unit(mesh)
+  b = ds.done_B.shape[0]
+  rows = jnp.arange(b, dtype=jnp.int32)
+  if mesh is not None:
+    rows = jax.device_put(rows, shd.batch_sharding(mesh, rows.shape))
+  full, done_steps = None, 1  # the prefill drew token 0
+  while True:
+    ds = decode(state, ds, jnp.asarray(min(done_steps + cfg.compact_every, n), jnp.int32))
+    step, live = int(ds.step), int(_live_rows(ds.done_B))
+    stats["row_steps"] += b * (step - done_steps)
+    done_steps = step
+    if step >= n or not live:
+      break
+    size = b
+    while size // 2 >= max(live, unit) and (size // 2) % unit == 0:
+      size //= 2
+    if size < b:
+      full = _outputs(ds) if full is None else _scatter_jit(full, _outputs(ds), rows)
+      ds, rows = _compact_jit(mesh, size, ds, rows)
+      b = size
+      stats["batch_sizes"].append((step, size))
+  return _outputs(ds) if full is None else _scatter_jit(full, _outputs(ds), rows)
 
 
 def _in_mesh(fn, mesh):
@@ -289,7 +361,7 @@ def _place(state, mesh):
 
 
 def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
-             mesh=None) -> Rollout:
+             mesh=None, stats: dict | None = None) -> Rollout:
   """Samples `cfg.num_generations` responses per left-padded prompt; see `Rollout`.
 
   model: a Decoder or (graphdef, state) (e.g. a rollout copy from make_sampler_params).
@@ -297,6 +369,9 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
   sample g of a prompt uses split(prompt_key, G)[g], folded with the step index.
   mesh: run under this mesh: parameters in their rule shardings, batch and cache split
   over (data, fsdp), kv heads over tensor.
+  stats: a dict to fill with what decoding cost: `row_steps` (decode steps × rows run,
+  the prefill's token excluded), `batch_sizes` ([(step, rows)] where `cfg.compact_every`
+  shrank the decode batch).
   """
   graphdef, state = as_graph_state(model)
   merged = model if isinstance(model, Decoder) else nnx.merge(graphdef, state)
@@ -315,6 +390,14 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
   share = shares_prefix(mcfg, _kv_bits(merged), mesh)
   prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh, share)
   ds, ids_rep, mask_rep = prefill(state, ids, mask, keys)
-  ds = decode(state, ds)
-  return Rollout(ds.tokens_BxN, ds.mask_BxN, ~ds.done_B, ds.logq_BxN, ds.head_ids_BxNxK,
-                 ds.head_logq_BxNxK, ids_rep, mask_rep)
+  want_stats, stats = stats is not None, {} if stats is None else stats
+  stats.update(row_steps=0, batch_sizes=[])
+  if cfg.compact_every:
+    out = _decode_compacting(decode, state, ds, cfg, mesh, stats)
+  else:
+    ds = decode(state, ds, jnp.asarray(cfg.max_new_tokens, jnp.int32))
+    if want_stats:  # (a host sync; the plain path otherwise returns without one)
+      stats["row_steps"] = ds.done_B.shape[0] * (int(ds.step) - 1)
+    out = _outputs(ds)
+  tokens, mask_n, logq, head_ids, head_logq, done = out
+  return Rollout(tokens, mask_n, ~done, logq, head_ids, head_logq, ids_rep, mask_rep)
