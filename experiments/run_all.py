@@ -12,10 +12,11 @@ import os
 import tempfile
 
 from experiments import (common, cort_delta, learning_curves, mismatch_bias, mismatch_seq,
-                         mismatch_training, score_centering_toy)
+                         mismatch_training, score_centering_toy, verdicts)
 
+# verdicts last: it judges the committed results of the training studies (it reruns nothing)
 STUDIES = {m.STUDY: m for m in (score_centering_toy, cort_delta, mismatch_bias, learning_curves,
-                                mismatch_training, mismatch_seq)}
+                                mismatch_training, mismatch_seq, verdicts)}
 
 
 def expected_outputs(out_root: str, study: str) -> list[str]:

@@ -26,13 +26,20 @@ Arrays of a plan for rows `[B, L]` in groups of G (W = R·T / G):
   pos_BxW  position id of each packed slot (0 at each sequence's first token)
   out_BxN  index into the group's flattened `[R·T]` packed slots of the hidden state that
            predicts each of the row's last N tokens (the response); 0 where there is none
+  take_BxM the group's real response tokens only (M per row, `response_slots`): the packed
+           slot whose hidden state predicts each (0 on padding) ...
+  put_BxM  ... and its index into the group's flattened `[G·N]` response positions (G·N on
+           padding: dropped). The log-probabilities (LM head, log-softmax, entropy) are
+           computed at these G·M positions and scattered to `[B, N]`; padded response
+           positions get 0.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-PLAN_KEYS = ("src", "seg", "pos", "out")
+PLAN_KEYS = ("src", "seg", "pos", "out", "take", "put")
 
 
 class PackingError(ValueError):
@@ -76,11 +83,31 @@ def rows_per_group(mask_BxL, group: int, tokens_per_row: int) -> int:
              for g in range(b // group))
 
 
-def plan(mask_BxL, group: int, tokens_per_row: int, n: int, rows: int | None = None) -> dict:
+def response_tokens(mask_BxL, n: int) -> np.ndarray:
+  """[B] real tokens among each row's last n (its response)."""
+  return (np.asarray(mask_BxL)[:, -n:] > 0).sum(1) if n else np.zeros(len(mask_BxL), int)
+
+
+def response_slots(mask_BxL, group: int, n: int, bucket: bool = True) -> int:
+  """M: the log-prob positions per row that hold the fullest group's real response tokens
+  (G·M ≥ its count). `bucket`: M rounded up to a multiple of ⌈n / 8⌉ (at most 8 shapes)."""
+  resp = response_tokens(mask_BxL, n)
+  most = max(int(resp[g * group:(g + 1) * group].sum()) for g in range(len(resp) // group))
+  m = max(1, -(-most // group))
+  if bucket:
+    step = max(1, -(-n // 8))
+    m = -(-m // step) * step
+  return min(m, n)
+
+
+def plan(mask_BxL, group: int, tokens_per_row: int, n: int, rows: int | None = None,
+         slots: int | None = None) -> dict:
   """The packing of rows `[B, L]` (groups of `group` consecutive rows) into `rows` packed rows
   of `tokens_per_row` tokens per group (None: what the fullest group needs, rounded up so that
   rows · tokens_per_row divides by `group`). `n`: the response length (the last n tokens of
-  each row are predicted by `out_BxN`). Returns {src, seg, pos: [B, W], out: [B, n]}."""
+  each row are predicted by `out_BxN`); `slots`: M of `take` / `put` (None:
+  `response_slots` unbucketed). Returns {src, seg, pos: [B, W], out: [B, n],
+  take, put: [B, M]}."""
   mask = np.asarray(mask_BxL)
   b, l = mask.shape
   t = int(tokens_per_row)
@@ -100,12 +127,18 @@ def plan(mask_BxL, group: int, tokens_per_row: int, n: int, rows: int | None = N
   while (r * t) % group:
     r += 1
   w = r * t // group
+  m = response_slots(mask, group, n, bucket=False) if slots is None else int(slots)
+  if m * group < max(int(x.sum()) for x in np.split(response_tokens(mask, n), groups)):
+    raise PackingError(f"{m} log-prob slots per row do not hold a group's response tokens")
+  take = np.zeros((groups, group * m), np.int32)
+  put = np.full((groups, group * m), group * n, np.int32)
   src = np.zeros((groups, r * t), np.int32)
   seg = np.zeros((groups, r * t), np.int32)
   pos = np.zeros((groups, r * t), np.int32)
   out = np.zeros((b, n), np.int32)
   resp_start = l - n  # column of the first response token in a padded row
   for g, rows_g in enumerate(bins):
+    filled = 0
     for ri, members in enumerate(rows_g):
       off = ri * t
       for j in members:
@@ -120,9 +153,13 @@ def plan(mask_BxL, group: int, tokens_per_row: int, n: int, rows: int | None = N
         cols = resp_start - 1 + np.arange(n)
         inside = (cols >= s) & (cols < s + ln - 1)
         out[row] = np.where(inside, off + cols - s, 0)
+        k = np.flatnonzero(inside)
+        take[g, filled:filled + k.size] = off + cols[k] - s
+        put[g, filled:filled + k.size] = j * n + k
+        filled += k.size
         off += ln
   return {"src": src.reshape(b, w), "seg": seg.reshape(b, w), "pos": pos.reshape(b, w),
-          "out": out}
+          "out": out, "take": take.reshape(b, m), "put": put.reshape(b, m)}
 
 
 def utilization(seg_BxW) -> float:
@@ -142,6 +179,26 @@ def gather_tokens(tokens_BxL, src_BxW, group: int, tokens_per_row: int):
 def as_rows(x_BxW, tokens_per_row: int):
   """A plan's per-row array `[B, W]` as packed rows `[B·W / T, T]`."""
   return x_BxW.reshape(-1, tokens_per_row)
+
+
+def gather_response(x_BxNx, put_BxM, group: int):
+  """The entries `[B, M, ...]` of a response-shaped `[B, N, ...]` array at `put`'s positions
+  (each group's [G·N] flattened; padding reads position 0 and is dropped by `scatter_response`)."""
+  b, n = x_BxNx.shape[:2]
+  x = x_BxNx.reshape(b // group, group * n, *x_BxNx.shape[2:])
+  idx = jnp.minimum(put_BxM, group * n - 1).reshape(b // group, -1)
+  idx = idx.reshape(idx.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, idx, axis=1).reshape(b, -1, *x_BxNx.shape[2:])
+
+
+def scatter_response(v_BxMx, put_BxM, group: int, n: int):
+  """`[B, M, ...]` values back to `[B, N, ...]` at `put`'s positions, 0 elsewhere."""
+  b = v_BxMx.shape[0]
+  v = v_BxMx.reshape(b // group, -1, *v_BxMx.shape[2:])
+  idx = put_BxM.reshape(b // group, -1)
+  zeros = jnp.zeros((b // group, group * n) + v.shape[2:], v.dtype)
+  out = jax.vmap(lambda z, i, x: z.at[i].set(x, mode="drop"))(zeros, idx, v)
+  return out.reshape(b, n, *v_BxMx.shape[2:])
 
 
 def gather_hidden(hidden_RxTxD, out_BxN, group: int):
@@ -197,7 +254,8 @@ def plans(batch: dict, group: int, tokens_per_row: int, bucket: bool = True) -> 
     rows = rows_per_group(flat, unit, tokens_per_row)
     if bucket:
       rows = bucket_rows(rows, unit)
-    p = plan(flat, unit, tokens_per_row, n, rows=rows)
+    p = plan(flat, unit, tokens_per_row, n, rows=rows,
+             slots=response_slots(flat, unit, n, bucket=bucket))
     for k in PLAN_KEYS:
       out[f"pack_{name}_{k}"] = p[k].reshape(*lead, -1)
   return out

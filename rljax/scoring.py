@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 from flax import nnx
 
 from rljax import packing
@@ -23,9 +24,13 @@ def response_logprobs(model, tokens_BxL, mask_BxL, n: int, *, temperature: float
   """dict(logp_BxT, entropy_BxT[, head_logp_BxTxK]) of the last `n` tokens of each row under
   `model` (an nnx Decoder; with its LoRA `adapters`), float32. `mesh`: the model call runs
   under `mesh_scope(mesh)`. `pack` (a `Pack`): the forward runs on the packed rows of its
-  plan (`rljax.packing`) and the hidden states predicting the response are gathered back,
-  so the result is the padded forward's."""
+  plan (`rljax.packing`) and the log-probabilities only at the real response tokens (its
+  `take` / `put`), scattered back to [B, n]: the padded forward's values where the
+  response is real, 0 at its padding."""
   l = tokens_BxL.shape[1]
+  w, layout = model.unembedding()
+  kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, chunk_size=chunk_size,
+            layout=layout)
   with mesh_scope(mesh):
     if pack is None:
       hidden, _ = model(tokens_BxL, positions_from_mask(mask_BxL), mask_BxL, adapters=adapters)
@@ -36,11 +41,16 @@ def response_logprobs(model, tokens_BxL, mask_BxL, n: int, *, temperature: float
                                               pack.tokens_per_row),
                         packing.as_rows(pack.pos, pack.tokens_per_row), seg > 0,
                         adapters=adapters, segment_ids_BxT=seg)
+      if pack.take is not None:
+        b, g, d = tokens_BxL.shape[0], pack.group, packed.shape[-1]
+        h = jnp.take_along_axis(packed.reshape(b // g, -1, d),
+                                pack.take.reshape(b // g, -1)[..., None], axis=1)
+        at = lambda x: None if x is None else packing.gather_response(x, pack.put, g)
+        out = token_logprobs(h.reshape(b, -1, d), w, at(tokens_BxL[:, l - n:]),
+                             at(head_ids_BxNxK), **kw)
+        return {k: packing.scatter_response(v, pack.put, g, n) for k, v in out.items()}
       hidden = packing.gather_hidden(packed, pack.out, pack.group)
-  w, layout = model.unembedding()
-  return token_logprobs(hidden, w, tokens_BxL[:, l - n:], head_ids_BxNxK,
-                        temperature=temperature, top_k=top_k, top_p=top_p,
-                        chunk_size=chunk_size, layout=layout)
+  return token_logprobs(hidden, w, tokens_BxL[:, l - n:], head_ids_BxNxK, **kw)
 
 
 def response_outputs(graphdef, params, tokens_BxL, mask_BxL, n: int, sc,
@@ -62,6 +72,8 @@ class Pack(NamedTuple):
   out: Any
   group: int
   tokens_per_row: int
+  take: Any = None   # the real response tokens' slots (None: log-probs at all B × n)
+  put: Any = None
 
 
 def batch_pack(batch: dict, which: str, sc, rows_per_unit: int = 1):
@@ -71,10 +83,10 @@ def batch_pack(batch: dict, which: str, sc, rows_per_unit: int = 1):
   "crit")."""
   if not sc.tokens_per_row or f"pack_{which}_src" not in batch:
     return None
-  arr = [batch[f"pack_{which}_{k}"] for k in ("src", "seg", "pos", "out")]
-  b = arr[0].shape[0] * rows_per_unit
-  arr = [a.reshape(b, -1) for a in arr]
-  return Pack(*arr, group=(sc.pack_group or sc.objective.group_size) * rows_per_unit,
+  b = batch[f"pack_{which}_src"].shape[0] * rows_per_unit
+  arr = {k: batch[f"pack_{which}_{k}"].reshape(b, -1) if f"pack_{which}_{k}" in batch else None
+         for k in packing.PLAN_KEYS}
+  return Pack(**arr, group=(sc.pack_group or sc.objective.group_size) * rows_per_unit,
               tokens_per_row=sc.tokens_per_row)
 
 

@@ -77,6 +77,15 @@ def test_plan_rebuilds_every_sequence(t):
     for k in range(N):
       if mask[row, P + k] and mask[row, P + k - 1]:
         assert flat[p["out"][row, k]] == tokens[row, P + k - 1]
+  # take / put: each real response token once, at the slot `out` names, nothing else
+  take, put = p["take"].reshape(b // G, -1), p["put"].reshape(b // G, -1)
+  for g in range(b // G):
+    real = put[g] < G * N
+    assert sorted(put[g][real]) == [j * N + k for j in range(G) for k in range(N)
+                                    if mask[g * G + j, P + k]]
+    out_g = p["out"][g * G:(g + 1) * G].reshape(-1)
+    np.testing.assert_array_equal(take[g][real], out_g[put[g][real]])
+    assert (take[g][~real] == 0).all()
   assert packing.utilization(p["seg"]) > 0
 
 
@@ -92,8 +101,12 @@ def test_plan_refuses_what_it_cannot_pack():
 
 
 @pytest.mark.numerics  # golden / equivalence: also under another ISA
-@pytest.mark.parametrize("attention", ["dense", "cudnn"])
-def test_packed_forward_equals_padded(attention):
+@pytest.mark.parametrize("attention,compact", [("dense", True), ("cudnn", True),
+                                               ("dense", False)])
+def test_packed_forward_equals_padded(attention, compact):
+  """The packed forward's log-probs and entropies are the padded forward's at every real
+  response token; `compact` (the plan's take / put) computes them only there (0 at the
+  response's padding), else at all B × N positions."""
   batch = ragged_batch(seed=2)
   cfg = CFG.replace(attention=attention)
   graphdef, state = nnx.split(create_model(cfg, seed=0))
@@ -104,13 +117,16 @@ def test_packed_forward_equals_padded(attention):
   @jax.jit
   def both(state, tokens, mask, arrays):
     f = lambda pk: response_outputs(graphdef, state, tokens, mask, N, sc, pack=pk)
-    return f(None), f(Pack(*arrays, group=G, tokens_per_row=t))
+    return f(None), f(Pack(**arrays, group=G, tokens_per_row=t))
 
-  ref, out = both(state, batch["tokens_BxL"], batch["attn_mask_BxL"],
-                  tuple(p[k] for k in packing.PLAN_KEYS))
+  keys = packing.PLAN_KEYS if compact else ("src", "seg", "pos", "out")
+  ref, out = both(state, batch["tokens_BxL"], batch["attn_mask_BxL"], {k: p[k] for k in keys})
   m = batch["mask_BxN"] > 0
   for k in ("logp_BxT", "entropy_BxT"):
     np.testing.assert_allclose(np.where(m, out[k], 0), np.where(m, ref[k], 0), atol=1e-5)
+    if compact:
+      assert (np.asarray(out[k])[~m] == 0).all()
+  assert p["take"].shape[1] < N  # fewer log-prob positions than B × N
 
 
 def _compare(ref, out, atol=1e-5):

@@ -53,7 +53,7 @@ class BatchLayout:
   replay_prompt_len: int = 0    # P⁻ (0: no replay rows)
   num_criteria: int = 0         # C (0: no per-criterion rows)
   head_k: int = 0               # K (0: no recorded head)
-  pack_widths: tuple = ()       # ((rows, W), ...): packing plans of the rows (rljax.packing)
+  pack_widths: tuple = ()       # ((rows, W, M), ...): packing plans of the rows (rljax.packing)
   pack_tokens_per_row: int = 0  # T of the packed rows (0: not packed)
 
   def shapes(self) -> dict:
@@ -74,11 +74,10 @@ class BatchLayout:
       k = self.head_k
       out.update(head_ids_BxNxK=((b, n, k), i32), head_logq_BxNxK=((b, n, k), f32))
     shapes = {name: out[name] for name in TrainBatch._fields if name in out}
-    for rows, w in self.pack_widths:
+    for rows, w, m in self.pack_widths:
       lead = (b, self.num_criteria) if rows == "crit" else (b,)
-      for k in ("src", "seg", "pos"):
-        shapes[f"pack_{rows}_{k}"] = (lead + (w,), i32)
-      shapes[f"pack_{rows}_out"] = (lead + (n,), i32)
+      for k, width in (("src", w), ("seg", w), ("pos", w), ("out", n), ("take", m), ("put", m)):
+        shapes[f"pack_{rows}_{k}"] = (lead + (width,), i32)
     return shapes
 
   def shardings(self, mesh) -> dict:
@@ -100,6 +99,7 @@ def layout_of(batch: TrainBatch) -> BatchLayout:
       replay_prompt_len=0 if batch.minus_tokens_BxM is None else batch.minus_tokens_BxM.shape[1] - n,
       num_criteria=0 if batch.crit_id_BxC is None else batch.crit_id_BxC.shape[1],
       head_k=0 if batch.head_ids_BxNxK is None else batch.head_ids_BxNxK.shape[2],
-      pack_widths=tuple((k[len("pack_"):-len("_src")], v.shape[-1])
+      pack_widths=tuple((k[len("pack_"):-len("_src")], v.shape[-1],
+                         batch.packed[k[:-len("src")] + "take"].shape[-1])
                         for k, v in (batch.packed or {}).items() if k.endswith("_src")),
       pack_tokens_per_row=batch.pack_tokens_per_row if batch.packed else 0)

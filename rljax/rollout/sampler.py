@@ -9,7 +9,9 @@ buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop t
 quantized-KV copy (kv8 / kv4) keeps an integer cache. The decode state, KV cache
 included, is donated, so the loop updates the cache in place. Every row has its own PRNG key (split from
 its prompt's key, then folded with the step), so a row's output does not depend on
-the rest of the batch or on its left padding.
+the rest of the batch or on its left padding — which lets `compact_every` move the running
+rows into smaller decode batches as others finish (`_decode_compacting`) without changing
+any sample.
 
 Shapes: B rows (prompts × G), P prompt length, N = max_new_tokens, S cache slots,
 V vocabulary, K recorded head size.
