@@ -41,14 +41,18 @@ def prefix_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, pk_PxSpxKxE
   stored once rather than once per row. Equals `attention` over the keys
   `concat([repeat(pk, R), k], 1)` (values alike) with the mask `concat([repeat(pvalid, R)`
   broadcast over T`, allowed], -1)`: one softmax over the prefix slots then the row's own,
-  in that order. The prefix products batch each prompt's R rows into one matmul that reads
-  its keys once: a sampler's G samples of a prompt share its prefill."""
+  in that order. The prefix is stored once per prompt (a sampler's G samples share its
+  prefill) and expanded to the rows inside the step: each row's products then have the same
+  shapes however the rows are grouped — R rows per prompt, or one row per prefix as in the
+  compacting sampler — rather than R rows folded into one matmul, whose last bits differ."""
   b, t, h, e = q_BxTxHxE.shape
   p, sp, kh, _ = pk_PxSpxKxE.shape
   r, g = b // p, h // kh
   q = q_BxTxHxE.reshape(b, t, kh, g, e)
-  s_pre = jnp.einsum("prtkge,pske->prkgts", q.reshape(p, r, t, kh, g, e), pk_PxSpxKxE,
-                     preferred_element_type=jnp.float32).reshape(b, kh, g, t, sp)
+  # (the barrier keeps XLA from folding the repeat back into the matmul's rows)
+  rows = lambda x: x if r == 1 else jax.lax.optimization_barrier(jnp.repeat(x, r, axis=0))
+  s_pre = jnp.einsum("btkge,bske->bkgts", q, rows(pk_PxSpxKxE),
+                     preferred_element_type=jnp.float32)
   s_own = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE, preferred_element_type=jnp.float32)
   s = jnp.concatenate([s_pre, s_own], -1) / math.sqrt(e)
   allowed = jnp.concatenate(
@@ -57,8 +61,8 @@ def prefix_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, pk_PxSpxKxE
   s = jnp.where(allowed[:, None, None], s, _NEG)
   pr = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
   f32 = jnp.float32  # the two partial products are summed before one rounding to v's dtype
-  o = jnp.einsum("prkgts,pske->prtkge", pr[..., :sp].reshape(p, r, kh, g, t, sp), pv_PxSpxKxE,
-                 preferred_element_type=f32).reshape(b, t, kh, g, e)
+  o = jnp.einsum("bkgts,bske->btkge", pr[..., :sp], rows(pv_PxSpxKxE),
+                 preferred_element_type=f32)
   o = o + jnp.einsum("bkgts,bske->btkge", pr[..., sp:], v_BxSxKxE, preferred_element_type=f32)
   return o.reshape(b, t, h, e).astype(v_BxSxKxE.dtype)
 

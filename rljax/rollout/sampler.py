@@ -280,7 +280,11 @@ def _decode_compacting(decode, state, ds: DecodeState, cfg: SamplerConfig, mesh,
   """Decode in segments of `cfg.compact_every` steps; after a segment, halve the decode
   batch (repeatedly) while the running rows fit, carrying each row's cache, key and
   outputs. Returns the full batch's outputs (`_outputs` order)."""
+  # At least 2 rows per batch shard: XLA:CPU computes a one-row matmul by another kernel (a
+  # matrix-vector product), whose last bits differ; from 2 rows up a row's bits do not
+  # depend on the batch.
   n, unit = cfg.max_new_tokens, _batch_unit(mesh)
+  floor = 2 * unit
   b = ds.done_B.shape[0]
   rows = jnp.arange(b, dtype=jnp.int32)
   if mesh is not None:
@@ -294,7 +298,7 @@ def _decode_compacting(decode, state, ds: DecodeState, cfg: SamplerConfig, mesh,
     if step >= n or not live:
       break
     size = b
-    while size // 2 >= max(live, unit) and (size // 2) % unit == 0:
+    while size // 2 >= max(live, floor) and (size // 2) % unit == 0:
       size //= 2
     if size < b:
       full = _outputs(ds) if full is None else _scatter_jit(full, _outputs(ds), rows)

@@ -208,23 +208,27 @@ def test_decode_over_the_shared_prompt_cache_equals_the_cache_copied_per_row(mod
 
 
 def _assert_same_samples(a, b):
-  """Tokens, masks, stops and head ids equal; log q within float32 reordering (a smaller
-  decode batch sums the same products in another blocking)."""
+  """Tokens, masks, stops and head ids equal; log q to float32 rounding. A row's products
+  have the same shapes in any decode batch (batch dims only; the shared prompt cache is
+  expanded per row inside the step), but XLA:CPU may fuse or tile a program differently at
+  another batch size, so the last bits are not promised here. (On SmolLM2 the compacting
+  sampler's 512-token rollout was bitwise the plain one's: bench/rollout.py checks it.)"""
   for f in ("tokens_BxN", "mask_BxN", "truncated_B", "topk_ids_BxNxK"):
     np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), f)
-  np.testing.assert_allclose(np.asarray(a.logq_BxN), np.asarray(b.logq_BxN), atol=1e-5)
-  ha, hb = np.asarray(a.topk_logq_BxNxK), np.asarray(b.topk_logq_BxNxK)
-  np.testing.assert_array_equal(np.isinf(ha), np.isinf(hb))
-  np.testing.assert_allclose(ha[np.isfinite(ha)], hb[np.isfinite(hb)], atol=1e-5)
+  for f in ("logq_BxN", "topk_logq_BxNxK"):
+    x, y = np.asarray(getattr(a, f)), np.asarray(getattr(b, f))
+    np.testing.assert_array_equal(np.isinf(x), np.isinf(y), f)
+    np.testing.assert_allclose(x[np.isfinite(x)], y[np.isfinite(y)], atol=1e-5, err_msg=f)
 
 
 # Several stop ids: rows end at spread-out steps, so the batch halves several times.
 _STOPS = (1, 2, 3, 4, 5)
 
 
-@pytest.mark.parametrize("spec,share", [("none", True), ("none", False), ("kv4", True),
-                                        ("bf16", False)])
-def test_compacting_sampler_draws_the_same_samples(spec, share, monkeypatch):
+@pytest.mark.parametrize("spec,share,top_p", [("none", True, 1.0), ("none", False, 0.9),
+                                              ("kv4", True, 1.0), ("bf16", False, 1.0),
+                                              ("none", True, 0.9)])
+def test_compacting_sampler_draws_the_same_samples(spec, share, top_p, monkeypatch):
   """compact_every moves the running rows into halved decode batches (a shared prompt cache
   becomes one prefix per kept row); each row keeps its key and cache, so every recorded
   quantity is today's sampler's, at a fraction of the decode row-steps."""
@@ -234,7 +238,7 @@ def test_compacting_sampler_draws_the_same_samples(spec, share, monkeypatch):
   model = tiny_model(seed=0)
   copy = make_sampler_params(model, spec)
   ids, mask = ragged_prompts([5, 9, 3, 7])
-  cfg = SamplerConfig(max_new_tokens=80, temperature=1.0, top_p=0.9, num_generations=8,
+  cfg = SamplerConfig(max_new_tokens=80, temperature=1.0, top_p=top_p, num_generations=8,
                       stop_token_ids=_STOPS, record_topk=4)
   plain, compact = {}, {}
   ref = generate(copy, ids, mask, jax.random.key(3), cfg, stats=plain)
@@ -250,13 +254,13 @@ def test_compacting_sampler_draws_the_same_samples(spec, share, monkeypatch):
 @pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_compacting_sampler_on_a_mesh_keeps_batch_shards_and_samples():
   """On a (2, 2, 2) mesh the decode batch halves down to the 4 batch shards, never below,
-  and the samples equal the unsharded plain sampler's (greedy too)."""
+  and the samples equal the plain sampler's on that mesh (greedy too)."""
   model = tiny_model(seed=0)
   ids, mask = ragged_prompts([5, 9, 3, 7])
   mesh = make_mesh((2, 2, 2))
   cfg = SamplerConfig(max_new_tokens=40, temperature=1.0, num_generations=8,
                       stop_token_ids=_STOPS, record_topk=2)
-  ref = generate(model, ids, mask, jax.random.key(4), cfg)
+  ref = generate(model, ids, mask, jax.random.key(4), cfg, mesh=mesh)
   stats = {}
   r = generate(model, ids, mask, jax.random.key(4), cfg.replace(compact_every=3), mesh=mesh,
                stats=stats)
@@ -265,8 +269,8 @@ def test_compacting_sampler_on_a_mesh_keeps_batch_shards_and_samples():
   sizes = [s for _, s in stats["batch_sizes"]]
   assert sizes and all(s % 4 == 0 and s >= 4 for s in sizes)
   greedy = cfg.replace(temperature=0.0, stop_token_ids=(7, 9, 11, 13))
-  _assert_same_samples(generate(model, ids, mask, 0, greedy),
-                       generate(model, ids, mask, 0, greedy.replace(compact_every=2)))
+  _assert_same_samples(generate(model, ids, mask, 0, greedy, mesh=mesh),
+                       generate(model, ids, mask, 0, greedy.replace(compact_every=2), mesh=mesh))
 
 
 def test_compact_every_is_checked():
