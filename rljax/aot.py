@@ -335,7 +335,8 @@ def _compile_sampler(report, cfg, mcfg, mesh, graphdef, abs_state, params):
   report["programs"]["prefill"] = _memory(pre)
   ds_shape = jax.eval_shape(prefill, s_state, ids, ids, keys)[0]
   ds = _shaped(ds_shape, pre.output_shardings[0])
-  dec = _compile(decode.lower(s_state, ds))
+  until = jax.ShapeDtypeStruct((), i32, sharding=shd.replicated(mesh))  # decode's stop step
+  dec = _compile(decode.lower(s_state, ds, until))
   report["programs"]["decode"] = _memory(dec)
 
 
