@@ -281,8 +281,8 @@ def _decode_compacting(decode, state, ds: DecodeState, cfg: SamplerConfig, mesh,
   batch (repeatedly) while the running rows fit, carrying each row's cache, key and
   outputs. Returns the full batch's outputs (`_outputs` order)."""
   # At least 2 rows per batch shard: XLA:CPU computes a one-row matmul by another kernel (a
-  # matrix-vector product), whose last bits differ; from 2 rows up a row's bits do not
-  # depend on the batch.
+  # matrix-vector product) whose last bits differ; from 2 rows up its GEMM gave each row the
+  # same bits at every batch size tried (SmolLM2's rollout was bitwise the plain one's).
   n, unit = cfg.max_new_tokens, _batch_unit(mesh)
   floor = 2 * unit
   b = ds.done_B.shape[0]
