@@ -88,12 +88,15 @@ def response_tokens(mask_BxL, n: int) -> np.ndarray:
   return (np.asarray(mask_BxL)[:, -n:] > 0).sum(1) if n else np.zeros(len(mask_BxL), int)
 
 
+def _fullest_group(counts, group: int) -> int:
+  """The largest sum of `counts` over one group of `group` consecutive rows."""
+  return int(np.asarray(counts).reshape(-1, group).sum(1).max())
+
+
 def response_slots(mask_BxL, group: int, n: int, bucket: bool = True) -> int:
   """M: the log-prob positions per row that hold the fullest group's real response tokens
   (G·M ≥ its count). `bucket`: M rounded up to a multiple of ⌈n / 8⌉ (at most 8 shapes)."""
-  resp = response_tokens(mask_BxL, n)
-  most = max(int(resp[g * group:(g + 1) * group].sum()) for g in range(len(resp) // group))
-  m = max(1, -(-most // group))
+  m = max(1, -(-_fullest_group(response_tokens(mask_BxL, n), group) // group))
   if bucket:
     step = max(1, -(-n // 8))
     m = -(-m // step) * step
@@ -128,7 +131,7 @@ def plan(mask_BxL, group: int, tokens_per_row: int, n: int, rows: int | None = N
     r += 1
   w = r * t // group
   m = response_slots(mask, group, n, bucket=False) if slots is None else int(slots)
-  if m * group < max(int(x.sum()) for x in np.split(response_tokens(mask, n), groups)):
+  if m * group < _fullest_group(response_tokens(mask, n), group):
     raise PackingError(f"{m} log-prob slots per row do not hold a group's response tokens")
   take = np.zeros((groups, group * m), np.int32)
   put = np.full((groups, group * m), group * n, np.int32)
