@@ -159,9 +159,11 @@ def prompts(rng: np.random.Generator, n: int, heldout: bool) -> list[Prompt]:
 # ----------------------------------------------------------------------- warm start
 
 
-def sft_response(p: Prompt, rng: np.random.Generator, p_follow: float) -> list[int]:
-  """A supervised answer: 4–8 topic tokens, each criterion enforced with prob `p_follow`."""
-  length = int(rng.integers(4, MAX_LEN + 1))
+def sft_response(p: Prompt, rng: np.random.Generator, p_follow: float, min_len: int = 4,
+                 max_len: int = MAX_LEN) -> list[int]:
+  """A supervised answer: `min_len`–`max_len` topic tokens (4–8: the short toy), each
+  criterion enforced with prob `p_follow`."""
+  length = int(rng.integers(min_len, max_len + 1))
   c = [int(x) for x in rng.choice(topic(p.request), size=length)]
   follow = {kind: k for kind, k in p.criteria if rng.random() < p_follow}
   reserved = set()
@@ -182,12 +184,41 @@ def sft_response(p: Prompt, rng: np.random.Generator, p_follow: float) -> list[i
   return [CONTENT0 + t for t in c] + [EOS]
 
 
-def sft_example(rng: np.random.Generator, p_follow: float, p_rubric_free: float):
+def sft_example(rng: np.random.Generator, p_follow: float, p_rubric_free: float,
+                min_len: int = 4, max_len: int = MAX_LEN):
   """(prompt ids, response ids); with prob `p_rubric_free` the prompt has no criteria (so
   the replay prompt x⁻ is in-distribution, as a rubric-free request is for an LLM)."""
   p = random_prompt(rng)
   while is_heldout(p):
     p = random_prompt(rng)
   if rng.random() < p_rubric_free:
-    return minus_tokens(p), sft_response(Prompt(p.request, ()), rng, p_follow)
-  return plus_tokens(p), sft_response(p, rng, p_follow)
+    return minus_tokens(p), sft_response(Prompt(p.request, ()), rng, p_follow, min_len, max_len)
+  return plus_tokens(p), sft_response(p, rng, p_follow, min_len, max_len)
+
+
+# ----------------------------------------------------------------------- ground-truth credit
+
+
+def credit_labels(prompt: Prompt, token_ids: Sequence[int]) -> np.ndarray:
+  """1 on the response tokens that decide one of `prompt`'s criteria, else 0 (float32, one
+  entry per token of `token_ids`): `start` — the first token; `end` — the last content
+  token and the `<eos>` after it (the decision to stop there); `contain k` and `exclude k` —
+  every occurrence of k (the tokens that satisfy, resp. violate, it). What only a synthetic
+  task knows: the oracle arm's token credit (`oracle_credit`) and the yardstick of where a
+  token-credit method puts its weight."""
+  n = len(token_ids)
+  out = np.zeros(n, np.float32)
+  content = response_content(token_ids)
+  m = len(content)  # tokens before the first eos / pad
+  for kind, k in prompt.criteria:
+    if m == 0:
+      break
+    if kind == "start":
+      out[0] = 1.0
+    elif kind == "end":
+      out[m - 1] = 1.0
+      if m < n and int(token_ids[m]) == EOS:
+        out[m] = 1.0
+    else:
+      out[[i for i, c in enumerate(content) if c == k]] = 1.0
+  return out

@@ -140,6 +140,11 @@ def curve_summary(curve: dict, keys, last: int = 10) -> dict:
   return out
 
 
+def seed_std(ys: np.ndarray) -> np.ndarray:
+  """The std over seeds (axis 0) with ddof = 1, as every table states it; 0 for one seed."""
+  return ys.std(0, ddof=1) if len(ys) > 1 else np.zeros(ys.shape[1:])
+
+
 def pm(stat: dict, scale: float = 100.0, digits: int = 1) -> str:
   """'mean ± std' (in percent by default)."""
   return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f}"
@@ -167,7 +172,7 @@ def plot_curves(path: str, curve: dict, arms, panels, title: str, smooth: int = 
       k = np.ones(smooth) / smooth
       sm = np.array([np.convolve(np.nan_to_num(y), k, mode="valid") for y in ys])
       x = np.arange(sm.shape[1]) + smooth
-      mu, sd = sm.mean(0), sm.std(0)
+      mu, sd = sm.mean(0), seed_std(sm)
       line, = ax.plot(x, mu, label=arm, lw=1.4, color=_color(arm, order or list(arms)))
       ax.fill_between(x, mu - sd, mu + sd, color=line.get_color(), alpha=0.15)
     if "weight" in key:  # a normalized weight is 1 ± float32 rounding: show a real range
@@ -198,7 +203,7 @@ def plot_evals(path: str, runs: dict, arms, keys, title: str, order=None, groups
       ys = np.array([[e[key] * 100 for e in r["evals"]] for r in rs])
       line, = ax.plot(x, ys.mean(0), marker="o", ms=3, label=arm, lw=1.4,
                       color=_color(arm, order or list(arms)))
-      ax.fill_between(x, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0),
+      ax.fill_between(x, ys.mean(0) - seed_std(ys), ys.mean(0) + seed_std(ys),
                       color=line.get_color(), alpha=0.12)
     common.finish_axes(ax, "RL step (rollout batches)", label)
   fig.suptitle(title)

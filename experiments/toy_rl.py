@@ -34,6 +34,11 @@ from rljax.train_step import StepConfig, init_state, make_optimizer
 from rljax.update import jit_update
 
 N_NEW = toy.MAX_LEN + 2       # response slots: 8 content tokens + eos, one spare (length clip)
+
+
+def n_new(max_len: int) -> int:
+  """Response slots for answers of up to `max_len` content tokens: + eos, one spare."""
+  return max_len + 2
 MINUS_LEN = 3                 # <bos> R <ans>
 
 MODEL = dict(model_type="qwen3", vocab_size=toy.VOCAB, hidden_size=64, intermediate_size=128,
@@ -76,6 +81,8 @@ def warm_start(cache_dir: str | None = None, **overrides) -> tuple[Any, dict, di
   """(graphdef, params pure dict, info) of the supervised warm start: next-token
   cross-entropy on `rubric_toy.sft_example`s. Cached in `cache_dir` (npz) by its config."""
   cfg = dict(SFT, **overrides)
+  lens = dict(min_len=cfg.get("min_len", 4), max_len=cfg.get("max_len", toy.MAX_LEN))
+  slots = n_new(lens["max_len"])
   model = create_model(model_config(), seed=cfg["seed"])
   graphdef, state = nnx.split(model)
   params = nnx.to_pure_dict(state)
@@ -87,11 +94,11 @@ def warm_start(cache_dir: str | None = None, **overrides) -> tuple[Any, dict, di
         treedef, [jnp.asarray(flat[jax.tree_util.keystr(p)]) for p, _ in leaves])
     return graphdef, params, json.load(open(path[:-4] + ".json"))
   t0 = time.time()
-  sc = StepConfig(objective=None, response_len=N_NEW)
+  sc = StepConfig(objective=None, response_len=slots)
   opt = optax.adam(cfg["lr"])
 
   def loss_fn(p, ids, mask, tgt_mask):
-    lp = response_outputs(graphdef, p, ids, mask, N_NEW, sc)["logp_BxT"]
+    lp = response_outputs(graphdef, p, ids, mask, slots, sc)["logp_BxT"]
     return -(lp * tgt_mask).sum() / tgt_mask.sum()
 
   @jax.jit
@@ -104,9 +111,10 @@ def warm_start(cache_dir: str | None = None, **overrides) -> tuple[Any, dict, di
   o = opt.init(params)
   losses = []
   for _ in range(cfg["steps"]):
-    ex = [toy.sft_example(rng, cfg["p_follow"], cfg["p_rubric_free"]) for _ in range(cfg["batch"])]
+    ex = [toy.sft_example(rng, cfg["p_follow"], cfg["p_rubric_free"], **lens)
+          for _ in range(cfg["batch"])]
     pi, pm = left_pad([a for a, _ in ex], toy.MAX_PROMPT)
-    ri, rm = right_pad([b for _, b in ex], N_NEW)
+    ri, rm = right_pad([b for _, b in ex], slots)
     params, o, loss = step(params, o, np.concatenate([pi, ri], 1),
                            np.concatenate([pm, rm], 1), rm.astype(np.float32))
     losses.append(float(loss))
@@ -147,6 +155,8 @@ class RunSpec:
   copy: str = "none"                        # sampler rollout copy (rljax.rollout.RolloutCopy)
   sync_every: int = 1                       # staleness: sampler re-synced every N steps
   record_topk: int = 0                      # sampler head recorded (SC: the full vocabulary)
+  max_len: int = toy.MAX_LEN                # content tokens an answer may have (+ eos, spare)
+  credit_labels: bool = False               # ground-truth credit labels in the batch
   eval_every: int = 10
   seed: int = 0
 
@@ -160,32 +170,33 @@ class RunSpec:
 
 
 def _sampler_cfg(spec: RunSpec, **kw) -> SamplerConfig:
-  return SamplerConfig(max_new_tokens=N_NEW, temperature=1.0, num_generations=spec.num_generations,
+  return SamplerConfig(max_new_tokens=n_new(spec.max_len), temperature=1.0, num_generations=spec.num_generations,
                        stop_token_ids=(toy.EOS,), record_topk=spec.record_topk,
                        pad_token_id=toy.PAD).replace(**kw)
 
 
-def evaluate(graphdef, params, heldout, key, samples: int = 4) -> dict:
+def evaluate(graphdef, params, heldout, key, samples: int = 4, slots: int = N_NEW) -> dict:
   """Held-out metrics of the trainer policy: sampled at temperature 1 (`samples` per prompt,
   fixed key) and greedy."""
   ids, mask = left_pad([toy.plus_tokens(p) for p in heldout], toy.MAX_PROMPT)
   model = nnx.merge(graphdef, params)
   out = {}
-  for name, cfg in (("sampled", SamplerConfig(max_new_tokens=N_NEW, temperature=1.0,
+  for name, cfg in (("sampled", SamplerConfig(max_new_tokens=slots, temperature=1.0,
                                                num_generations=samples,
                                                stop_token_ids=(toy.EOS,))),
-                    ("greedy", SamplerConfig(max_new_tokens=N_NEW, temperature=0.0,
+                    ("greedy", SamplerConfig(max_new_tokens=slots, temperature=0.0,
                                              stop_token_ids=(toy.EOS,)))):
     r = generate(model, ids, mask, key, cfg)
     toks = np.asarray(r.tokens_BxN)
     rep = [p for p in heldout for _ in range(cfg.num_generations)]
     m = toy.eval_metrics(rep, list(toks))
     m["length_clip_ratio"] = float(np.mean(np.asarray(r.truncated_B)))
+    m["length_mean"] = float(np.asarray(r.mask_BxN).sum(1).mean())
     out.update({f"{name}/{k}": v for k, v in m.items()})
   return out
 
 
-def _rollout(sampler, prompts, key, scfg, per_criterion: bool) -> Rollouts:
+def _rollout(sampler, prompts, key, scfg, per_criterion: bool, labels: bool = False) -> Rollouts:
   """One toy rollout batch as the library's `Rollouts` (the toy's prompts and rewards)."""
   plus = left_pad([toy.plus_tokens(p) for p in prompts], toy.MAX_PROMPT)
   minus = left_pad([toy.minus_tokens(p) for p in prompts], MINUS_LEN)
@@ -201,10 +212,13 @@ def _rollout(sampler, prompts, key, scfg, per_criterion: bool) -> Rollouts:
     crit = (ids, mask, cid)
   r = jax.tree.map(np.asarray, generate(sampler, plus[0], plus[1], key, scfg))
   g = scfg.num_generations
-  rw = toy.rewards([p for p in prompts for _ in range(g)], list(r.tokens_BxN))
+  rows = [p for p in prompts for _ in range(g)]
+  rw = toy.rewards(rows, list(r.tokens_BxN))
+  info = {"csr": rw["csr_B"], "aon": rw["aon_B"]}
+  if labels:
+    info["credit_label"] = np.stack([toy.credit_labels(p, t) for p, t in zip(rows, r.tokens_BxN)])
   return Rollouts(r=r, prompts=Prompts(r.prompt_ids_BxP[::g], r.prompt_mask_BxP[::g], *minus,
-                                       *crit), rewards=None, info={
-      "csr": rw["csr_B"], "aon": rw["aon_B"]}, examples=None)
+                                       *crit), rewards=None, info=info, examples=None)
 
 
 def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
@@ -217,7 +231,8 @@ def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
   g, mu = spec.num_generations, spec.epochs * spec.num_minibatches
   replay = needs_replay(spec.transforms)
   per_criterion = replay and spec.replay_mode == "per_criterion"
-  sc = StepConfig(objective=obj, response_len=N_NEW, temperature=1.0, replay=replay,
+  slots = n_new(spec.max_len)
+  sc = StepConfig(objective=obj, response_len=slots, temperature=1.0, replay=replay,
                   fused_scoring=mu == 1, head_k=toy.VOCAB if spec.record_topk == -1
                   else spec.record_topk, replay_mode=spec.replay_mode,
                   replay_policy=spec.replay_policy, num_criteria_ids=len(toy.TYPES))
@@ -237,16 +252,19 @@ def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
   history, evals = [], []
   for step in range(spec.steps):
     if step % spec.eval_every == 0:
-      evals.append({"step": step, **evaluate(graphdef, state.params, heldout, eval_key)})
+      evals.append({"step": step, **evaluate(graphdef, state.params, heldout, eval_key,
+                                             slots=slots)})
     sampler = sync.params(step, nnx.merge(graphdef, state.params))
     draw = lambda key: reward(_rollout(sampler, toy.prompts(rng, spec.prompts_per_step,
                                                             heldout=False), key, scfg,
-                                       per_criterion))
+                                       per_criterion, spec.credit_labels))
     roll = collect(draw, keys.rollout(step), group_size=g,
                    dynamic_sampling=spec.dynamic_sampling, max_resample=spec.max_resample,
                    resample_key=lambda attempt: keys.resample(step, attempt))
     batch = assemble(roll, obj, replay=replay, per_criterion=per_criterion,
                      head=spec.record_topk != 0)
+    if spec.credit_labels:
+      batch = batch._replace(credit_label_BxN=roll.info["credit_label"].astype(np.float32))
     state, m = update(state, batch.arrays(), ref, keys.update(step))
     m = update_metrics(jax.device_get(m), toy.TYPES)
     keep = 1.0 if roll.keep_groups is None else float(np.mean(roll.keep_groups))
@@ -259,5 +277,6 @@ def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
     history.append(m)
     if log:
       log(m)
-  evals.append({"step": spec.steps, **evaluate(graphdef, state.params, heldout, eval_key)})
+  evals.append({"step": spec.steps, **evaluate(graphdef, state.params, heldout, eval_key,
+                                               slots=slots)})
   return {"history": history, "evals": evals, "runtime_s": round(time.time() - t_start, 1)}

@@ -238,6 +238,10 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
     raise ConfigError(f"config.objective: {e}") from e
   tags = getattr(registry.get("loss", o.loss), "tags", ()) or ()
   ttags = {n: getattr(registry.get("transform", n), "tags", ()) or () for n in o.transforms}
+  labelled = [n for n, tg in ttags.items() if "credit_labels" in tg]
+  _need(not labelled, "objective.transforms",
+        f"{labelled} read ground-truth token labels (credit_label_BxN) that only a synthetic "
+        "task provides (experiments/long_credit.py); the trainer's rewards have none")
   truncating = t.truncate_logprobs and (r.top_k > 0 or float(r.top_p) < 1.0)
   _need(not (truncating and "score_centering" in tags), "train.truncate_logprobs",
         f"loss {o.loss!r} centers the score over the sampler's recorded head, but the truncated "

@@ -35,6 +35,7 @@ import optax
 from rljax import registry
 from rljax.objectives import broadcast_advantage, make_normalizer
 from rljax.objectives.common import require
+from rljax.objectives.transforms import credit_metrics
 from rljax.replay import replay_scores
 from rljax.scoring import batch_pack, policy_params, response_outputs
 from rljax.rollout.metrics import mismatch_metrics
@@ -164,7 +165,7 @@ def _loss_batch(batch: dict, old_logp, minus_logp, norm, plus_logp=None) -> dict
   if minus_logp is not None:
     b["logp_minus_BxT"] = minus_logp
   for src, dst in (("head_ids_BxNxK", "head_ids_BxTxK"), ("head_logq_BxNxK", "head_logq_BxTxK"),
-                   ("ref_logp_BxN", "ref_logp_BxT")):
+                   ("ref_logp_BxN", "ref_logp_BxT"), ("credit_label_BxN", "credit_label_BxT")):
     if src in batch:
       b[dst] = batch[src]
   return b
@@ -176,8 +177,9 @@ def apply_transforms(transform_state, batch: dict, scores: dict, sc: StepConfig)
   norm = make_normalizer(batch["mask_BxN"], max_len=sc.response_len)
   lb = _loss_batch(batch, scores["old_logp_BxN"], scores.get("minus_logp_BxN"), norm,
                    scores.get("plus_logp_BxN"))
-  adv = broadcast_advantage(batch["adv_B"], batch["mask_BxN"])
-  adv, ts, metrics = sc.objective.token_transform().update(adv, lb, transform_state)
+  adv0 = broadcast_advantage(batch["adv_B"], batch["mask_BxN"])
+  adv, ts, metrics = sc.objective.token_transform().update(adv0, lb, transform_state)
+  metrics.update(credit_metrics(adv0, adv, lb))
   return jax.lax.stop_gradient(adv), ts, metrics
 
 
@@ -228,8 +230,9 @@ def _micro_loss(params, mb: dict, norm, transform_state, ref_params, graphdef, s
     raise ValueError("bypass mode: the replay needs the trainer's ℓ⁺ (plus_logp_BxN), not q")
   lb = _loss_batch(mb, old, minus_logp, norm, plus_logp)
   if sc.fused_scoring:
-    adv = broadcast_advantage(mb["adv_B"], mask)
-    adv, new_ts, t_metrics = obj.token_transform().update(adv, lb, transform_state)
+    adv0 = broadcast_advantage(mb["adv_B"], mask)
+    adv, new_ts, t_metrics = obj.token_transform().update(adv0, lb, transform_state)
+    t_metrics.update(credit_metrics(adv0, adv, lb))
   else:
     adv, new_ts, t_metrics = mb["adv_BxN"] * (mask > 0), transform_state, {}
   lb["adv_BxT"] = jax.lax.stop_gradient(adv)

@@ -219,3 +219,28 @@ def test_refusals():
   with pytest.raises(ValueError, match="truncated trainer distribution"):
     jit_train_step(graphdef, opt, dataclasses.replace(sc, objective=sc_obj, top_k=40, head_k=4))(
         init_state(params, opt, sc_obj), batch, None)
+
+
+def test_oracle_credit_in_the_step_at_mu_1_and_mu_gt_1():
+  """The batch's credit labels reach the transform in the fused μ = 1 step and in the
+  score-first path, which give the same update and the same credit metrics."""
+  graphdef, params, _, sc, _ = setup(())
+  obj = build_objective(transforms=("oracle_credit",), num_generations=G,
+                        transform_kwargs={"oracle_credit": {"factor": 3.0, "ramp": False}})
+  sc = dataclasses.replace(sc, objective=obj)
+  batch = make_batch(8, seed=2)
+  rng = np.random.default_rng(0)
+  batch["credit_label_BxN"] = (rng.random(batch["mask_BxN"].shape) < 0.25).astype(np.float32)
+  opt = optax.sgd(1.0)
+  fused, mf = jit_train_step(graphdef, opt, sc)(init_state(params, opt, obj), batch, None)
+  split, ms = jit_update_batch(graphdef, opt, sc, epochs=1, num_minibatches=1)(
+      init_state(params, opt, obj), batch, None, jax.random.key(0))
+  np.testing.assert_allclose(_flat(fused.params), _flat(split.params), rtol=1e-5, atol=1e-7)
+  for k in ("label_token_frac", "label_adv_share", "label_weight", "other_weight"):
+    np.testing.assert_allclose(float(mf[f"transform/credit/{k}"]),
+                               float(ms[f"transform/credit/{k}"]), rtol=1e-5)
+  assert float(mf["transform/credit/label_weight"]) > 1.0
+  grpo = build_objective(num_generations=G)
+  plain, _ = jit_train_step(graphdef, opt, dataclasses.replace(sc, objective=grpo))(
+      init_state(params, opt, grpo), batch, None)
+  assert not np.allclose(_flat(plain.params), _flat(fused.params))  # the weights acted

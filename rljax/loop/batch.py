@@ -33,6 +33,7 @@ class TrainBatch(NamedTuple):
   crit_id_BxC: np.ndarray | None = None       # criterion id per slot (−1: none)
   head_ids_BxNxK: np.ndarray | None = None    # the sampler's recorded head
   head_logq_BxNxK: np.ndarray | None = None
+  credit_label_BxN: np.ndarray | None = None  # ground-truth credit tokens (synthetic tasks)
   packed: dict | None = None                  # packing plans: pack_<rows>_<key> (rljax.packing)
   pack_tokens_per_row: int = 0                # their packed rows' length
 
@@ -53,6 +54,7 @@ class BatchLayout:
   replay_prompt_len: int = 0    # P⁻ (0: no replay rows)
   num_criteria: int = 0         # C (0: no per-criterion rows)
   head_k: int = 0               # K (0: no recorded head)
+  credit_labels: bool = False   # ground-truth credit labels (synthetic tasks' oracle_credit)
   pack_widths: tuple = ()       # ((rows, W, M), ...): packing plans of the rows (rljax.packing)
   pack_tokens_per_row: int = 0  # T of the packed rows (0: not packed)
 
@@ -73,6 +75,8 @@ class BatchLayout:
     if self.head_k:
       k = self.head_k
       out.update(head_ids_BxNxK=((b, n, k), i32), head_logq_BxNxK=((b, n, k), f32))
+    if self.credit_labels:
+      out["credit_label_BxN"] = ((b, n), f32)
     shapes = {name: out[name] for name in TrainBatch._fields if name in out}
     for rows, w, m in self.pack_widths:
       lead = (b, self.num_criteria) if rows == "crit" else (b,)
@@ -99,6 +103,7 @@ def layout_of(batch: TrainBatch) -> BatchLayout:
       replay_prompt_len=0 if batch.minus_tokens_BxM is None else batch.minus_tokens_BxM.shape[1] - n,
       num_criteria=0 if batch.crit_id_BxC is None else batch.crit_id_BxC.shape[1],
       head_k=0 if batch.head_ids_BxNxK is None else batch.head_ids_BxNxK.shape[2],
+      credit_labels=batch.credit_label_BxN is not None,
       pack_widths=tuple((k[len("pack_"):-len("_src")], v.shape[-1],
                          batch.packed[k[:-len("src")] + "take"].shape[-1])
                         for k, v in (batch.packed or {}).items() if k.endswith("_src")),

@@ -145,6 +145,8 @@ def cort_weights(delta_BxT: jax.Array, mask_BxT: jax.Array, lam: jax.Array,
                  jnp.square(delta - masked_mean(delta, active)), active)),
              "cort/frac_delta_pos": masked_mean((delta > 0).astype(fdtype()), active)}
   metrics.update(masked_stats("cort/weight", w, active))
+  metrics["cort/weight_std"] = jnp.sqrt(masked_mean(
+      jnp.square(w - metrics["cort/weight_mean"]), active))
   metrics.update(masked_stats("cort/delta", delta, active))
   return sg(w), metrics
 
@@ -167,6 +169,72 @@ def cort(cfg: CortConfig = CortConfig()) -> TokenTransform:
     return adv_BxT, CortState(step=state.step + 1), metrics
 
   return TokenTransform(init, update)
+
+
+# --------------------------------------------------------------------- oracle credit
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleConfig:
+  factor: float = 2.0  # raw weight on a labelled token (1 elsewhere) at λ = 1
+  ramp_steps: int = 100  # K, as CoRT's
+  warmup_steps: int = 0
+  normalize: bool = True  # per-response mean of w over active tokens = 1, as CoRT's
+  ramp: bool = True
+
+  def check(self):
+    if self.factor <= 0:
+      raise ValueError(f"oracle_credit factor must be > 0 so that w > 0, got {self.factor}")
+    if self.ramp_steps < 1 or self.warmup_steps < 0:
+      raise ValueError("oracle_credit needs ramp_steps >= 1 and warmup_steps >= 0, got "
+                       f"{self.ramp_steps}, {self.warmup_steps}")
+
+
+def oracle_credit(cfg: OracleConfig = OracleConfig()) -> TokenTransform:
+  """Token credit from ground-truth labels (`credit_label_BxT`: 1 on the tokens that decide
+  a criterion, which only a synthetic task knows): w = 1 + λ_k (factor − 1)·label, normalized
+  per response like CoRT's w̃, Â = sg(w)·A. The upper bound any token-credit method (CoRT's Δ)
+  can reach on such a task; it uses CoRT's ramp λ_k and state."""
+
+  def init():
+    return CortState(step=jnp.zeros([], jnp.int32))
+
+  def update(adv_BxT, batch, state):
+    mask = require(batch, "mask_BxT", "oracle_credit")
+    label = require(batch, "credit_label_BxT", "oracle_credit")
+    active = mask > 0
+    lam = cort_lambda(state.step, cfg)
+    raw = jnp.where(active, 1.0 + lam * (cfg.factor - 1.0) * sg(label).astype(fdtype()), 1.0)
+    w = raw
+    if cfg.normalize:
+      w_bar_B = masked_mean(raw, active, axis=-1)
+      w = jnp.where(active, raw / jnp.where(jnp.any(active, axis=-1), w_bar_B, 1.0)[:, None],
+                    1.0)
+    metrics = {"oracle/lambda": jnp.asarray(lam, jnp.float32)}
+    metrics.update(masked_stats("oracle/weight", w, active))
+    return adv_BxT * sg(w), CortState(step=state.step + 1), metrics
+
+  return TokenTransform(init, update)
+
+
+def credit_metrics(adv_in_BxT: jax.Array, adv_out_BxT: jax.Array,
+                   batch: Mapping[str, jax.Array]) -> Metrics:
+  """Where the transforms put the credit, when the batch carries ground-truth labels
+  (`credit_label_BxT`, synthetic tasks only; else {}): the labelled share of the loss tokens,
+  the labelled share of Σ|Â| (= the token share for uniform weights), and the mean effective
+  weight |Â|/|A| on labelled and on other tokens."""
+  if "credit_label_BxT" not in batch:
+    return {}
+  active = batch["mask_BxT"] > 0
+  lab = active & (batch["credit_label_BxT"] > 0)
+  rest = active & ~lab
+  a_in, a_out = jnp.abs(sg(adv_in_BxT)), jnp.abs(sg(adv_out_BxT))
+  tot = jnp.maximum(jnp.where(active, a_out, 0.0).sum(), 1e-30)
+  ratio = lambda m: jnp.where(m, a_out, 0.0).sum() / jnp.maximum(jnp.where(m, a_in, 0.0).sum(),
+                                                                 1e-30)
+  return {"credit/label_token_frac": lab.sum() / jnp.maximum(active.sum(), 1),
+          "credit/label_adv_share": jnp.where(lab, a_out, 0.0).sum() / tot,
+          "credit/label_weight": ratio(lab), "credit/other_weight": ratio(rest)}
 
 
 def needs_replay(names) -> bool:
@@ -198,3 +266,7 @@ register_entry(KIND, "cort_perturb_only", cort, CortConfig,
                tags=_CORT_TAGS | {"replaces_advantage"},
                fixed={"perturbation_only": True},
                doc="CoRT-only perturbation: Â = sg(w) − 1 (drops A; unstable)")
+register_entry(KIND, "oracle_credit", oracle_credit, OracleConfig,
+               tags=frozenset({"token_reweight", "response_normalized", "credit_labels"}),
+               doc="Â = sg(w)·A, w = normalize(1 + λ_k (factor − 1)·label): ground-truth "
+                   "token credit (synthetic tasks)")

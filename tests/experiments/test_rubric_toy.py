@@ -78,3 +78,37 @@ def test_sft_answers_follow_the_rubric_when_told_to():
     assert full[-1] == toy.EOS and 2 <= len(full) - 1 <= toy.MAX_LEN
     free = toy.sft_response(p, rng, p_follow=0.0)  # the topic's unconstrained answer
     assert set(toy.response_content(free)) <= set(toy.topic(p.request))
+
+
+def test_credit_labels_mark_the_deciding_tokens():
+  """start: the first token; end: the last content token and the eos after it; contain /
+  exclude k: every occurrence of k; nothing after eos, nothing for an empty answer."""
+  ids = [C + 3, C + 5, C + 7, C + 5, C + 9, toy.EOS, C + 5, toy.PAD]
+  lab = lambda *crit: toy.credit_labels(toy.Prompt(0, tuple(crit)), ids).tolist()
+  assert lab(("start", 4)) == [1, 0, 0, 0, 0, 0, 0, 0]
+  assert lab(("end", 9)) == [0, 0, 0, 0, 1, 1, 0, 0]
+  assert lab(("contain", 5)) == [0, 1, 0, 1, 0, 0, 0, 0]      # satisfied: both 5s
+  assert lab(("exclude", 5)) == [0, 1, 0, 1, 0, 0, 0, 0]      # violated by both 5s
+  assert lab(("exclude", 8)) == [0] * 8                       # satisfied by absence
+  assert lab(("start", 3), ("end", 1), ("exclude", 7)) == [1, 0, 1, 0, 1, 1, 0, 0]
+  cut = [C + 3, C + 9]  # no eos: the length cap; 'end' marks the last token only
+  assert toy.credit_labels(toy.Prompt(0, (("end", 9),)), cut).tolist() == [0, 1]
+  assert toy.credit_labels(toy.Prompt(0, (("start", 3),)), [toy.EOS, C + 3]).tolist() == [0, 0]
+
+
+def test_long_answers_put_a_few_per_cent_of_the_tokens_on_the_criteria():
+  """The long-answer warm start's data (40–56 content tokens): the deciding tokens are a
+  few per cent of an answer (the LLM regime), against about a quarter in the short toy."""
+  rng = np.random.default_rng(0)
+
+  def share(min_len, max_len):
+    n = lab = 0
+    for _ in range(400):
+      p = toy.random_prompt(rng)
+      r = toy.sft_response(p, rng, 1.0, min_len, max_len)
+      lab += toy.credit_labels(p, r).sum()
+      n += len(r)
+    return lab / n
+
+  assert 0.03 < share(40, 56) < 0.09
+  assert share(4, toy.MAX_LEN) > 0.2

@@ -190,3 +190,70 @@ def test_chain_threads_states_and_matches_sequential_application():
   np.testing.assert_allclose(out, a2, rtol=1e-6, atol=1e-7)  # float32, fused vs. sequential
   assert int(new_state[1].step) == 1
   assert "cort/weight_mean" in metrics and "tis/weight_mean" in metrics
+
+
+# --------------------------------------------------------------------- oracle credit
+
+
+def _labelled(seed=0):
+  b = _batch(seed)
+  rng = np.random.default_rng(seed + 10)
+  label = (rng.random((B, T)) < 0.3).astype(np.float32)
+  label[0, :2] = 1.0  # row 0 has labelled tokens for sure
+  return dict(b, credit_label_BxT=jnp.asarray(label)), label
+
+
+@pytest.mark.parametrize("step,factor", [(0, 2.0), (20, 2.0), (100, 4.0), (250, 0.5)])
+def test_oracle_credit_matches_numpy(step, factor):
+  """w = 1 + λ_k (factor − 1)·label, divided by its mean over each response's active tokens;
+  exactly 1 on padding; Â = w·A; the state counts updates as CoRT's does."""
+  batch, label = _labelled()
+  out, state, m = _run("oracle_credit", batch, step=step, factor=factor, ramp_steps=100)
+  mask = np.asarray(batch["mask_BxT"]) > 0
+  u = min(max(step / 100, 0.0), 1.0)
+  lam = 3 * u * u - 2 * u ** 3
+  raw = np.where(mask, 1.0 + lam * (factor - 1.0) * label, 1.0)
+  w = np.ones_like(raw)
+  for i in range(B):
+    if mask[i].any():
+      w[i] = np.where(mask[i], raw[i] / raw[i][mask[i]].mean(), 1.0)
+  want = batch["adv_B"][:, None] * mask * w
+  np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-7)
+  assert int(state.step) == step + 1
+  np.testing.assert_allclose(float(m["oracle/lambda"]), lam, rtol=1e-6)
+  np.testing.assert_allclose(float(m["oracle/weight_max"]), w[mask].max(), rtol=1e-6)
+
+
+def test_oracle_credit_needs_labels_and_a_positive_factor():
+  with pytest.raises(ValueError, match="credit_label_BxT"):
+    _run("oracle_credit", _batch())
+  with pytest.raises(ValueError, match="factor"):
+    registry.get("transform", "oracle_credit").make_config(factor=0.0).check()
+
+
+def test_credit_metrics_match_numpy():
+  """Labelled share of the loss tokens and of Σ|Â|, and the mean weight |Â|/|A| on labelled
+  and on other tokens; uniform weights give a share of Σ|Â| equal to the |A|-weighted token
+  share and weights of exactly 1."""
+  from rljax.objectives.transforms import credit_metrics
+  batch, label = _labelled(1)
+  mask = np.asarray(batch["mask_BxT"]) > 0
+  adv = broadcast_advantage(jnp.asarray(batch["adv_B"]), batch["mask_BxT"])
+  out, _, _ = _run("oracle_credit", batch, step=100, factor=3.0, ramp_steps=100)
+  m = credit_metrics(adv, out, batch)
+  a, o = np.abs(np.asarray(adv)), np.abs(np.asarray(out))
+  lab, rest = mask & (label > 0), mask & ~(label > 0)
+  np.testing.assert_allclose(float(m["credit/label_token_frac"]), lab.sum() / mask.sum(),
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(m["credit/label_adv_share"]), o[lab].sum() / o[mask].sum(),
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(m["credit/label_weight"]), o[lab].sum() / a[lab].sum(),
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(m["credit/other_weight"]), o[rest].sum() / a[rest].sum(),
+                             rtol=1e-6)
+  assert float(m["credit/label_weight"]) > 1.0 > float(m["credit/other_weight"])
+  u = credit_metrics(adv, adv, batch)
+  np.testing.assert_allclose(float(u["credit/label_adv_share"]), a[lab].sum() / a[mask].sum(),
+                             rtol=1e-6)
+  assert float(u["credit/label_weight"]) == pytest.approx(1.0, abs=1e-6)
+  assert credit_metrics(adv, out, _batch(1)) == {}  # no labels, no metrics

@@ -106,6 +106,8 @@ BAD = [
      "never reads π_old"),
     ({"objective.transforms": ("rej",), "objective.loss": "real",
       "objective.transform_kwargs": {}}, "classifies whole groups"),
+    ({"objective.transforms": ("oracle_credit",), "objective.transform_kwargs": {}},
+     "transforms: \\['oracle_credit'\\] read ground-truth token labels"),
 ]
 
 
