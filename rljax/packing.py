@@ -11,12 +11,15 @@ predict the response tokens are gathered back to `[B, N]`: the log-probabilities
 normalizers and metrics downstream are those of the padded batch.
 
 A plan packs one unit of rows together: each micro-batch of the fused μ = 1 step (the whole
-batch without gradient accumulation), or each group of G rows when μ > 1 (`unit_rows`). The
-plan is stored as per-row arrays (each unit's rows hold its packed block, `[B, R·T / U]`),
-so the μ > 1 mini-batches of whole groups (`rljax.update.minibatch_rows`), the
-gradient-accumulation micro-batches and the batch sharding carry the plan with the rows. (At
-μ > 1 every group gets the rows of the fullest group: one group of long answers sets the
-packed size of all.) The plan is host-side NumPy
+batch without gradient accumulation); at μ > 1 with one epoch, each micro-batch of a
+mini-batch, the batch being put in its mini-batch order on the host first
+(`rljax.update.minibatch_order`, `update_batch(presorted=True)`); else (several epochs) each
+group of G rows (`unit_rows`). The plan is stored as per-row arrays (each unit's rows hold
+its packed block, `[B, R·T / U]`), so the μ > 1 mini-batches of whole groups
+(`rljax.update.minibatch_rows`), the gradient-accumulation micro-batches and the batch
+sharding carry the plan with the rows. (Every unit gets the rows of the fullest unit: with
+group units at several epochs, one group of long answers sets the packed size of all.) The
+plan is host-side NumPy
 (`plan`), built once per rollout batch by the assemble stage; the device gathers the tokens
 (`gather_tokens`) and scatters nothing.
 
@@ -227,10 +230,15 @@ def longest_row(batch: dict, multiple: int = 128) -> int:
   return -(-longest // multiple) * multiple
 
 
-def unit_rows(rows: int, group: int, fused: bool, grad_accum: int = 1) -> int:
+def unit_rows(rows: int, group: int, fused: bool, grad_accum: int = 1,
+              num_minibatches: int = 1, presorted: bool = False) -> int:
   """The rows one plan packs together: each micro-batch of the fused μ = 1 step (its rows
-  never move), else a group of G (μ > 1 mini-batches are drawn as whole groups on device)."""
-  return rows // grad_accum if fused else group
+  never move); at μ > 1 each micro-batch of a mini-batch when the batch is `presorted` in its
+  one-epoch mini-batch order on the host (`rljax.update.minibatch_order`), else a group of G
+  (the mini-batches are then drawn as whole groups on device)."""
+  if fused:
+    return rows // grad_accum
+  return rows // num_minibatches // grad_accum if presorted else group
 
 
 def bucket_rows(rows: int, unit: int) -> int:

@@ -38,11 +38,13 @@ from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, P
                         needs_ref_params, print_baseline, rollout_metrics,
                         token_weight_heatmap, update_metrics)
 from rljax.loop import pipeline as pipe
+from rljax.loop.batch import permute_rows
+from rljax.loop.metrics import pack_metrics
 from rljax.loop.placement import describe, make_placement, sampler_model, to_sampler
 from rljax.metrics_log import CompileClock, MetricsWriter
 from rljax.rollout import SamplerSync
 from rljax.train_step import init_state
-from rljax.update import jit_update
+from rljax.update import jit_update, minibatch_order
 from rljax.workdir import check_compatible, check_workdir, finished_metrics, latest_saved_step
 
 __all__ = ["Trainer", "TrainingAborted"]
@@ -155,19 +157,41 @@ class Trainer:
   def assemble(self, roll):
     batch = assemble(roll, self.objective, replay=self.step_cfg.replay,
                      per_criterion=self.per_criterion, head=bool(self.step_cfg.head_k))
-    if self.cfg.train.pack:  # the update's forwards on packed rows (rljax.packing)
-      arrays = batch.arrays()
-      t = self.cfg.train.tokens_per_row or packing.longest_row(arrays)
-      batch = batch._replace(packed=packing.plans(arrays, self._pack_unit(batch), t),
-                             pack_tokens_per_row=t)
+    if self.cfg.train.pack and not self._presorted:  # packed forwards (rljax.packing)
+      batch = self._plan(batch)
     return batch
 
+  @property
+  def _presorted(self) -> bool:
+    """Packing at μ > 1 with one epoch: the update gets the batch in its mini-batch order,
+    drawn on the host, so that each plan packs a whole mini-batch (`update`)."""
+    t = self.cfg.train
+    return bool(t.pack) and not self.step_cfg.fused_scoring and t.inner_epochs == 1 \
+        and t.num_minibatches > 1
+
+  def _plan(self, batch):
+    arrays = batch.arrays()
+    t = self.cfg.train.tokens_per_row or packing.longest_row(arrays)
+    return batch._replace(packed=packing.plans(arrays, self._pack_unit(batch), t),
+                          pack_tokens_per_row=t)
+
   def _pack_unit(self, batch) -> int:
+    t = self.cfg.train
     return packing.unit_rows(batch.mask_BxN.shape[0], self.objective.group_size,
-                             self.step_cfg.fused_scoring, self.cfg.train.grad_accum)
+                             self.step_cfg.fused_scoring, t.grad_accum, t.num_minibatches,
+                             self._presorted)
 
   def update(self, step: int, batch):
-    """The optimizer update(s) of one batch (`rljax.update.jit_update`); host metrics."""
+    """The optimizer update(s) of one batch (`rljax.update.jit_update`); host metrics. With
+    packing at μ > 1 and one epoch the rows go to the device in the mini-batch order of
+    `keys.update(step)` (the same mini-batches as the device-side draw), planned per
+    mini-batch; `batch` itself keeps the rollout's order."""
+    pack = {}
+    if self._presorted:
+      order = minibatch_order(self.keys.update(step), batch.mask_BxN.shape[0],
+                              self.objective.group_size, self.cfg.train.num_minibatches)
+      batch = self._plan(permute_rows(batch, order))
+      pack = pack_metrics(batch)
     layout = layout_of(batch)
     sh = layout.shardings(self.mesh)
     if layout not in self._updates:
@@ -180,10 +204,11 @@ class Trainer:
       self._updates[layout] = jit_update(
           self.model.graphdef, self.optimizer, sc, epochs=t.inner_epochs,
           num_minibatches=t.num_minibatches, grad_accum=t.grad_accum, state_shardings=state_sh,
-          batch_shardings=sh, ref_shardings=ref_sh, replicated=shd.replicated(self.mesh))
+          batch_shardings=sh, ref_shardings=ref_sh, replicated=shd.replicated(self.mesh),
+          presorted=self._presorted)
     self.state, metrics = self._updates[layout](
         self.state, dist.put_global(batch.arrays(), sh), self.ref_params, self.keys.update(step))
-    return update_metrics(jax.device_get(metrics), self.criterion_ids)
+    return {**update_metrics(jax.device_get(metrics), self.criterion_ids), **pack}
 
   def check_skips(self, done: int, metrics: dict) -> None:
     """Aborts, after saving the last good state, once `train.max_consecutive_skips` updates

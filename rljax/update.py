@@ -20,6 +20,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rljax.sharding import mesh_scope
 from rljax.train_step import StepConfig, apply_transforms, jit_train_step, score_batch
@@ -45,13 +46,22 @@ def minibatch_rows(key, num_rows: int, group_size: int, epochs: int,
   return rows.reshape(epochs * num_minibatches, -1)
 
 
+def minibatch_order(key, num_rows: int, group_size: int, num_minibatches: int) -> np.ndarray:
+  """On the host, the row order of the one-epoch mini-batches `update_batch` draws with
+  `key`: its consecutive blocks of num_rows / num_minibatches rows are the mini-batches.
+  A batch permuted by it and updated with `presorted=True` makes the same updates; its
+  packing plans can then pack each whole mini-batch together (`rljax.packing`)."""
+  return np.asarray(minibatch_rows(key, num_rows, group_size, 1, num_minibatches)).reshape(-1)
+
+
 def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc: StepConfig,
                  epochs: int, num_minibatches: int, grad_accum: int = 1,
-                 minibatch_sharding=None, per_update: bool = False):
+                 minibatch_sharding=None, per_update: bool = False, presorted: bool = False):
   """Score → transforms → scan over μ mini-batch updates. Returns (state, metrics): the
   per-update metrics averaged over the μ updates, `actor/num_updates`, and
   `actor/update_skipped` = how many of them were skipped (with `per_update`, also
-  `per_update/loss` [μ], the loss of each update)."""
+  `per_update/loss` [μ], the loss of each update). `presorted`: the batch is already in
+  `minibatch_order(key, ...)` (one epoch only); mini-batch m is rows m·B/μ .. (m+1)·B/μ − 1."""
   sc_mb = dataclasses.replace(sc, fused_scoring=False)
   scores = score_batch(graphdef, state.params, batch, sc_mb, ref_params)
   # the tokens in the loss, once for the whole batch: every update, the transforms (CoRT's
@@ -62,8 +72,14 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
   state = state._replace(transform_state=ts)
   full = dict(batch, adv_BxN=adv, **{k: v for k, v in scores.items()
                                      if k not in _BATCH_METRICS})
-  rows = minibatch_rows(key, batch["mask_BxN"].shape[0], sc.objective.group_size, epochs,
-                        num_minibatches)
+  num_rows = batch["mask_BxN"].shape[0]
+  if presorted:
+    if epochs != 1:
+      raise ValueError(f"a presorted batch holds one epoch's mini-batch order; got epochs={epochs}")
+    minibatch_rows(key, num_rows, sc.objective.group_size, 1, num_minibatches)  # the checks
+    rows = jnp.arange(num_rows, dtype=jnp.int32).reshape(num_minibatches, -1)
+  else:
+    rows = minibatch_rows(key, num_rows, sc.objective.group_size, epochs, num_minibatches)
 
   def body(state, idx):
     mb = jax.tree.map(lambda x: jnp.take(x, idx, axis=0), full)
@@ -93,14 +109,15 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
 
 def jit_update_batch(graphdef, optimizer, sc: StepConfig, *, epochs: int, num_minibatches: int,
                      grad_accum: int = 1, state_shardings=None, batch_shardings=None,
-                     ref_shardings=None, replicated=None, per_update: bool = False):
+                     ref_shardings=None, replicated=None, per_update: bool = False,
+                     presorted: bool = False):
   """`jax.jit` of `update_batch` with explicit shardings, donating the state."""
   def fn(state, batch, ref, key):
     with mesh_scope(state_shardings):
       return update_batch(
           state, batch, ref, key, graphdef=graphdef, optimizer=optimizer, sc=sc,
           epochs=epochs, num_minibatches=num_minibatches, grad_accum=grad_accum,
-          per_update=per_update,
+          per_update=per_update, presorted=presorted,
           minibatch_sharding=None if batch_shardings is None else _mb_shardings(batch_shardings))
 
   if state_shardings is None:
@@ -119,18 +136,19 @@ class _mb_shardings(dict):
 
 def jit_update(graphdef, optimizer, sc: StepConfig, *, epochs: int = 1, num_minibatches: int = 1,
                grad_accum: int = 1, state_shardings=None, batch_shardings=None,
-               ref_shardings=None, replicated=None):
+               ref_shardings=None, replicated=None, presorted: bool = False):
   """The update stage: `update(state, batch, ref_params, key) -> (state, metrics)` for one
   rollout batch, jitted, donating the state (`.lower(...)` with the same arguments for AOT).
   With `sc.fused_scoring` (μ = 1) it is the fused step (`train_step`: π_old = sg(π_θ), the
   replay inside; `key` is not read); else `update_batch` (score once, transforms once, a
   device-side scan over μ = epochs × num_minibatches mini-batches of whole groups, permuted
-  with `key`)."""
+  with `key`, or with `presorted` already in that order on the host)."""
   if not sc.fused_scoring:
     return jit_update_batch(graphdef, optimizer, sc, epochs=epochs,
                             num_minibatches=num_minibatches, grad_accum=grad_accum,
                             state_shardings=state_shardings, batch_shardings=batch_shardings,
-                            ref_shardings=ref_shardings, replicated=replicated)
+                            ref_shardings=ref_shardings, replicated=replicated,
+                            presorted=presorted)
   if epochs * num_minibatches != 1:
     raise ValueError(f"the fused step makes one update per batch; got epochs={epochs} × "
                      f"num_minibatches={num_minibatches} (use StepConfig(fused_scoring=False))")

@@ -171,6 +171,50 @@ def test_minibatch_updates_packed_equal_padded():
   _compare(run(sc, batch), run(psc, pbatch))
 
 
+@pytest.mark.parametrize("num_minibatches,grad_accum", [(2, 1), (4, 1), (2, 2)])
+def test_whole_minibatch_plans_equal_padded(num_minibatches, grad_accum):
+  """μ = 1 epoch × M mini-batches with the CoRT replay and a reference KL term: the batch put
+  in its mini-batch order on the host (`minibatch_order`) and each mini-batch (or its
+  gradient-accumulation micro-batches) packed as one unit makes the updates of the padded
+  batch permuted on device with the same key; and it packs into fewer slots than the plans of
+  one group each."""
+  from rljax.update import minibatch_order
+  graphdef, params, opt, sc, obj = setup(opt=optax.sgd(0.5), use_ref=True)
+  batch = ragged_batch(seed=8)
+  # x⁻ ≠ x⁺ in every row (its last prompt token differs): otherwise Δ = 0 exactly on the
+  # short prompts, and the sign that `cort/frac_delta_pos` counts is float noise
+  batch["minus_tokens_BxM"][:, PM - 1] = (batch["minus_tokens_BxM"][:, PM - 1] + 1) % CFG.vocab_size
+  key = jax.random.key(11)
+  order = minibatch_order(key, 16, G, num_minibatches)
+  assert sorted(order.tolist()) == list(range(16))
+  unit = packing.unit_rows(16, G, fused=False, grad_accum=grad_accum,
+                           num_minibatches=num_minibatches, presorted=True)
+  assert unit == 16 // num_minibatches // grad_accum
+  t = P + N + 6
+  sorted_batch = {k: v[order] for k, v in batch.items()}
+  pbatch, psc = _packed(sorted_batch, sc, t, unit)
+  run = lambda sc, b, presorted: jit_update_batch(graphdef, opt, dataclasses.replace(
+      sc, fused_scoring=False), epochs=1, num_minibatches=num_minibatches,
+      grad_accum=grad_accum, presorted=presorted)(
+      init_state(jax.tree.map(jnp.copy, params), opt, obj), b, params, key)
+  _compare(run(sc, batch, False), run(psc, pbatch, True))
+  # one group of long answers: group plans give every group its rows, mini-batch plans
+  # share them with the short groups of its mini-batch
+  long = ragged_batch(seed=8)
+  long["attn_mask_BxL"][:G, P:] = long["minus_attn_mask_BxM"][:G, PM:] = 1
+  long["attn_mask_BxL"][G:, P + 2:] = long["minus_attn_mask_BxM"][G:, PM + 2:] = 0
+  size = lambda u: packing.plans(long, u, t)["pack_plus_seg"].size
+  assert size(unit) < size(G) if unit > G else size(unit) == size(G), (size(unit), size(G))
+
+
+def test_presorted_batch_needs_one_epoch():
+  graphdef, params, opt, sc, obj = setup(opt=optax.sgd(0.5))
+  with pytest.raises(ValueError, match="one epoch"):
+    jit_update_batch(graphdef, opt, dataclasses.replace(sc, fused_scoring=False), epochs=2,
+                     num_minibatches=2, presorted=True)(
+        init_state(params, opt, obj), ragged_batch(seed=9), None, jax.random.key(0))
+
+
 def test_per_criterion_replay_packed_equals_padded():
   graphdef, params, opt, sc, obj = setup(opt=optax.sgd(1.0), replay_mode="per_criterion",
                                          num_criteria_ids=3)

@@ -9,7 +9,7 @@
 - `run_state`: checkpoints, the skipped-update guard, preemption, named PRNG streams
 """
 from rljax.loop.assemble import assemble
-from rljax.loop.batch import BatchLayout, TrainBatch, layout_of
+from rljax.loop.batch import BatchLayout, TrainBatch, layout_of, permute_rows
 from rljax.loop.build import (Model, RunData, batch_layout, build_data, build_model,
                               build_step_parts, check_inputs, needs_ref_params)
 from rljax.loop.collect import Collector, Rollouts, collect, common_prompt_lens, numeric_rows
@@ -21,7 +21,8 @@ from rljax.loop.prompts import (PromptEncoder, Prompts, bucket_len, left_pad, le
 from rljax.loop.run_state import (CollapseGuard, Keys, Preemption, RunCheckpoints, SkipGuard,
                                   TrainingAborted)
 
-__all__ = ["assemble", "BatchLayout", "TrainBatch", "layout_of", "Model", "RunData",
+__all__ = ["assemble", "BatchLayout", "TrainBatch", "layout_of", "permute_rows", "Model",
+           "RunData",
            "batch_layout", "build_data", "build_model", "build_step_parts", "check_inputs",
            "needs_ref_params",
            "Collector", "Rollouts", "collect", "common_prompt_lens", "numeric_rows", "refill",

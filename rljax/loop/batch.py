@@ -95,6 +95,16 @@ class BatchLayout:
             in self.shapes().items()}
 
 
+def permute_rows(batch: TrainBatch, order) -> TrainBatch:
+  """The batch with its rows in `order` (every array's leading axis); before planning."""
+  if batch.packed:
+    raise ValueError("permute the rows before the packing plans are built: a plan indexes "
+                     "its unit's rows by position")
+  order = np.asarray(order)
+  return batch._replace(**{k: np.asarray(v)[order] for k, v in batch._asdict().items()
+                           if v is not None and k not in ("packed", "pack_tokens_per_row")})
+
+
 def layout_of(batch: TrainBatch) -> BatchLayout:
   """The layout of an assembled batch."""
   b, n = batch.mask_BxN.shape

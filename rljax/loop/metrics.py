@@ -25,11 +25,18 @@ def rollout_metrics(roll, batch) -> dict:
       out[k] = float(np.mean(info[k]))
   if roll.keep_groups is not None:
     out["rollout/dropped_groups"] = float(np.sum(~np.asarray(roll.keep_groups)))
-  if batch.packed:  # train.pack: real tokens per packed slot, packed slots per padded position
-    seg = batch.packed["pack_plus_seg"]
-    out["pack/utilization"] = float(np.mean(seg > 0))
-    out["pack/slots_vs_padded"] = float(seg.size / batch.tokens_BxL.size)
+  out.update(pack_metrics(batch))
   return out
+
+
+def pack_metrics(batch) -> dict:
+  """train.pack: real tokens per packed slot, packed slots per padded position ({} when the
+  batch carries no plans)."""
+  if not batch.packed:
+    return {}
+  seg = batch.packed["pack_plus_seg"]
+  return {"pack/utilization": float(np.mean(seg > 0)),
+          "pack/slots_vs_padded": float(seg.size / batch.tokens_BxL.size)}
 
 
 def update_metrics(metrics: dict, criterion_ids=()) -> dict:

@@ -106,10 +106,12 @@ def test_prompt_bucketing_is_exact(tmp_path):
 
 
 def test_packed_run_equals_padded(tmp_path):
-  """train.pack (rljax.packing): the per-criterion replay and μ = 4 updates on packed rows of
-  192 tokens give the padded run's rollouts, losses and metrics (float32 rounding apart)."""
+  """train.pack (rljax.packing): the per-criterion replay and μ = 1 epoch × 2 mini-batches on
+  packed rows of 192 tokens (the rows sent in their mini-batch order, each mini-batch planned
+  whole) give the padded run's rollouts, losses and metrics (float32 rounding apart). Two
+  epochs (plans per group) are checked in tests/test_packing.py."""
   over = {"train.steps": 2, "checkpoint.every": 0, "objective.replay_mode": "per_criterion",
-          "eval.num_prompts": 0}
+          "eval.num_prompts": 0, "train.inner_epochs": 1, "train.num_minibatches": 2}
   _, wd0 = _run(tmp_path, "padded", **over)
   _, wd1 = _run(tmp_path, "packed", **over, **{"train.pack": True, "train.tokens_per_row": 192})
   padded, packed = read_metrics(wd0), read_metrics(wd1)
