@@ -10,7 +10,8 @@ long, naturally ending answers.
    and the rollout's time (`bench/results/packing_batch.npz`; reused unless --resample).
 2. Times the update of that batch (`rljax.update.jit_update`: the fused μ = 1 step, or μ =
    --minibatches mini-batch updates; `model.remat="dots"`) padded and packed (`train.pack`: rows of
-   --tokens-per-row tokens, 0 = the batch's padded row length), each in its own worker
+   --tokens-per-row tokens, 0 = the batch's padded row length; at μ > 1 each whole
+   mini-batch is one plan, the rows sent in their mini-batch order), each in its own worker
    process, alternating call by call (bench/interleave.py, medians of --rounds).
    "Useful tokens/s" = the batch's real (non-padding) tokens of x⁺ + response and x⁻ +
    response rows / the update's time. Both workers check that their loss agrees.
@@ -77,24 +78,29 @@ def worker(a, kind: str):
   from rljax import packing
   from rljax.loop.build import build_model, build_step_parts
   from rljax.train_step import init_state
-  from rljax.update import jit_update
+  from rljax.update import jit_update, minibatch_order
   import dataclasses
   cfg = config(a)
   model = build_model(cfg, None)
   model_params = model.params
   objective, optimizer, sc = build_step_parts(cfg, model.cfg.vocab_size)
   batch = {k: v for k, v in load_batch().items() if k not in ("rollout_s", "truncated_B")}
+  t_ = cfg.train
+  key = jax.random.key(0)
+  rows, g = batch["mask_BxN"].shape[0], cfg.rollout.num_generations
+  presorted = kind == "packed" and not sc.fused_scoring and t_.inner_epochs == 1
   if kind == "packed":  # what the trainer does with train.pack
+    if presorted:  # μ > 1, one epoch: the rows in their mini-batch order, planned per mini-batch
+      order = minibatch_order(key, rows, g, t_.num_minibatches)
+      batch = {k: v[order] for k, v in batch.items()}
     t = a.tokens_per_row or packing.longest_row(batch)
-    unit = packing.unit_rows(batch["mask_BxN"].shape[0], cfg.rollout.num_generations,
-                             sc.fused_scoring)
+    unit = packing.unit_rows(rows, g, sc.fused_scoring, t_.grad_accum, t_.num_minibatches,
+                             presorted)
     batch = packing.add_plans(batch, unit, t, bucket=True)
     sc = dataclasses.replace(sc, tokens_per_row=t, pack_group=unit)
-  t_ = cfg.train
   update = jit_update(model.graphdef, optimizer, sc, epochs=t_.inner_epochs,
-                      num_minibatches=t_.num_minibatches)
+                      num_minibatches=t_.num_minibatches, presorted=presorted)
   state = [init_state(jax.tree.map(lambda x: x.copy(), model_params), optimizer, objective)]
-  key = jax.random.key(0)
   batch = jax.device_put(batch)
   compiled = update.lower(state[0], batch, None, key).compile()
   extra = () if sc.fused_scoring else (key,)
