@@ -171,6 +171,7 @@ def summarize(out_dir, runs, arms, seeds, n_held, sft_info, quick, seed, timer) 
                                     "design_mde_pp": stats.mde(DESIGN_SD * 100, len(SEEDS))},
          "warm_start": sft_info, "initial_eval": init_eval, "final": finals, "auc": aucs,
          "verdicts": rows, "credit": credit, "curves": curve,
+         "evals": {a: {s: r["evals"] for s, r in v.items()} for a, v in runs.items()},
          "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()} for a, v in runs.items()},
          "runs_runtime_total_s": sum(r["runtime_s"] for v in runs.values() for r in v.values()),
          "figures": figures, "environment": common.environment(), "runtime_s": timer()}
