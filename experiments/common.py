@@ -143,3 +143,23 @@ def study_main(study: str, run, doc: str, argv=None) -> dict:
   print(open(f"{out}/table.md").read())
   print(f"runtime {res['runtime_s']} s -> {out}")
   return res
+
+
+def sweep_main(study: str, run, doc: str, argv=None) -> None:
+  """The CLI of a study whose runs K processes can share: `[--quick] [--out DIR] [--seed S]
+  [--workers K --worker I]` -> run(out, quick, seed, workers, worker). A worker runs its
+  share of the (seed, arm) runs; the single-process call (K = 1) runs what is left and
+  writes the tables."""
+  import argparse
+  ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+  ap.add_argument("--quick", action="store_true")
+  ap.add_argument("--out", default=None)
+  ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--workers", type=int, default=1, help="processes sharing the sweep")
+  ap.add_argument("--worker", type=int, default=0, help="this process's index (0..K-1)")
+  a = ap.parse_args(argv)
+  out = out_dir_for(study, a.out)
+  res = run(out, a.quick, a.seed, a.workers, a.worker)
+  if a.workers == 1:
+    print(open(f"{out}/table.md").read())
+  print(f"runtime {res['runtime_s']} s -> {out}")

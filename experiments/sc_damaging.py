@@ -196,31 +196,8 @@ def _table(drifts, chosen, finals, train_end, rows, n, n_held) -> str:
         toy_grid.pm(f["sampled/csr"]), toy_grid.pm(f["sampled/aon"]), toy_grid.pm(f["greedy/csr"]),
         toy_grid.pm(train_end[a]["mismatch/kl_q_p"], scale=1.0, digits=3)]
        for a, f in finals.items()])
-  out += ("\nVerdicts (variant − base, pp; paired by seed; `experiments/stats.py`): effect "
-          "[95 % CI], p, MDE at the measured spread.\n\n")
-  out += common.md_table(
-      ["claim", "variant − base", "metric", "effect (pp)", "p", "MDE (pp)", "verdict"],
-      [[r["claim"], f"{r['variant']} − {r['base']}", r["metric"],
-        f"{r['diff']:+.2f} [{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}]", f"{r['p']:.3g}",
-        f"{r['mde']:.2f}", r["verdict"]] for r in rows])
-  return out
-
-
-def main(argv=None):
-  import argparse
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--quick", action="store_true")
-  ap.add_argument("--out", default=None)
-  ap.add_argument("--seed", type=int, default=0)
-  ap.add_argument("--workers", type=int, default=1, help="processes sharing the sweep")
-  ap.add_argument("--worker", type=int, default=0, help="this process's index (0..K-1)")
-  a = ap.parse_args(argv)
-  out = common.out_dir_for(STUDY, a.out)
-  res = run(out, a.quick, a.seed, a.workers, a.worker)
-  if a.workers == 1:
-    print(open(f"{out}/table.md").read())
-  print(f"runtime {res['runtime_s']} s -> {out}")
+  return out + stats.verdict_table(rows)
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  common.sweep_main(STUDY, run, __doc__, sys.argv[1:])

@@ -142,3 +142,16 @@ def describe(cmp: dict, v: dict, fmt: str = "{:.3g}") -> str:
            else ("> 0" if v["direction"] > 0 else "< 0") + " (no size stated)")
   return (f"{f(cmp['diff'])} [{f(lo)}, {f(hi)}], p = {cmp['p']:.2g} (n = {cmp['n']}); "
           f"MDE {f(v['mde'])} vs claim {claim}: **{v['verdict']}**")
+
+
+def verdict_table(rows) -> str:
+  """The markdown table of a study's verdict rows (`paired` + `verdict` + claim, base,
+  variant, metric), effects in pp."""
+  from experiments.common import md_table
+  head = ("\nVerdicts (variant − base, pp; paired by seed; `experiments/stats.py`): effect "
+          "[95 % CI], p, MDE at the measured spread.\n\n")
+  return head + md_table(
+      ["claim", "variant − base", "metric", "effect (pp)", "p", "MDE (pp)", "verdict"],
+      [[r["claim"], f"{r['variant']} − {r['base']}", r["metric"],
+        f"{r['diff']:+.2f} [{r['ci95'][0]:+.2f}, {r['ci95'][1]:+.2f}]", f"{r['p']:.3g}",
+        f"{r['mde']:.2f}", r["verdict"]] for r in rows])
