@@ -218,10 +218,10 @@ def test_oracle_credit_matches_numpy(step, factor):
     if mask[i].any():
       w[i] = np.where(mask[i], raw[i] / raw[i][mask[i]].mean(), 1.0)
   want = batch["adv_B"][:, None] * mask * w
-  np.testing.assert_allclose(np.asarray(out), want, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-7)
   assert int(state.step) == step + 1
-  np.testing.assert_allclose(float(m["oracle/lambda"]), lam, rtol=1e-6)
-  np.testing.assert_allclose(float(m["oracle/weight_max"]), w[mask].max(), rtol=1e-6)
+  np.testing.assert_allclose(float(m["oracle/lambda"]), lam, rtol=1e-5)
+  np.testing.assert_allclose(float(m["oracle/weight_max"]), w[mask].max(), rtol=1e-5)
 
 
 def test_oracle_credit_needs_labels_and_a_positive_factor():
@@ -244,16 +244,16 @@ def test_credit_metrics_match_numpy():
   a, o = np.abs(np.asarray(adv)), np.abs(np.asarray(out))
   lab, rest = mask & (label > 0), mask & ~(label > 0)
   np.testing.assert_allclose(float(m["credit/label_token_frac"]), lab.sum() / mask.sum(),
-                             rtol=1e-6)
+                             rtol=1e-5)
   np.testing.assert_allclose(float(m["credit/label_adv_share"]), o[lab].sum() / o[mask].sum(),
-                             rtol=1e-6)
+                             rtol=1e-5)
   np.testing.assert_allclose(float(m["credit/label_weight"]), o[lab].sum() / a[lab].sum(),
-                             rtol=1e-6)
+                             rtol=1e-5)
   np.testing.assert_allclose(float(m["credit/other_weight"]), o[rest].sum() / a[rest].sum(),
-                             rtol=1e-6)
+                             rtol=1e-5)
   assert float(m["credit/label_weight"]) > 1.0 > float(m["credit/other_weight"])
   u = credit_metrics(adv, adv, batch)
   np.testing.assert_allclose(float(u["credit/label_adv_share"]), a[lab].sum() / a[mask].sum(),
-                             rtol=1e-6)
+                             rtol=1e-5)
   assert float(u["credit/label_weight"]) == pytest.approx(1.0, abs=1e-6)
   assert credit_metrics(adv, out, _batch(1)) == {}  # no labels, no metrics
