@@ -1,11 +1,12 @@
-"""The verdict rule applied to the committed training studies (4, 5, 5b): every paper claim
+"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c): every paper claim
 they test, as a paired comparison by seed with its CI, p, minimum detectable effect (MDE)
 and verdict (`experiments/stats.py`), plus the seeds a design would need to detect the
 paper's effect at the observed spread.
 
     python -m experiments.verdicts [--out DIR]
 
-Reads `experiments/results/{learning_curves,mismatch_training,mismatch_seq}/results.json`
+Reads `experiments/results/{learning_curves,long_credit,mismatch_training,mismatch_seq,
+sc_damaging}/results.json`
 (the committed runs; nothing is rerun, so --quick changes nothing) and writes
 `results/verdicts/`: results.json, table.md, forest.png. Effects are in percentage points.
 A claim whose paper states a size is judged against it; a claim of direction only can
@@ -78,8 +79,24 @@ CLAIMS = [
      "stale-64 / TIS-seq", "final", "sampled/csr", 1.0, False, ""),
     ("5b", "geometric rejection corrects a stale sampler (stale-64, vs PG)", "stale-64 / PG",
      "stale-64 / RS-geo", "final", "sampled/csr", 1.0, False, ""),
+    # studies 4b and 5c: n chosen by a power calculation before the runs (8 and 6 seeds)
+    ("4b", "CoRT-GRPO beats GRPO (CSR AUC, against +1.27)", "GRPO", "CoRT-GRPO", "auc",
+     "sampled/csr", 1.27, True, "answers of 40–56 tokens"),
+    ("4b", "CoRT-GRPO beats GRPO (IFEval-P +1.77)", "GRPO", "CoRT-GRPO", "final",
+     "sampled/aon", 1.77, True, ""),
+    ("4b", "ground-truth token credit helps (oracle ×2; the design check)", "GRPO", "Oracle x2",
+     "auc", "sampled/csr", 1.0, False, "not a paper claim"),
+    ("5c", "mismatch hurts naive PG (noise0.3, KL 0.37)", "on-policy PG", "PG", "final",
+     "sampled/csr", -1.0, False, ""),
+    ("5c", "SC beats TIS under a damaging sampler (train accuracy +18)", "TIS", "SC",
+     "train_last10", "reward/csr", 18.0, True, "noise0.3: KL 0.37 at the warm start"),
+    ("5c", "SC trains better than naive PG (noise0.3)", "PG", "SC", "final", "sampled/csr",
+     1.0, False, ""),
+    ("5c", "TIS + SC beats SC (noise0.3)", "SC", "TIS+SC", "final", "sampled/csr", 1.0, False,
+     ""),
 ]
-SOURCES = {"4": "learning_curves", "5": "mismatch_training", "5b": "mismatch_seq"}
+SOURCES = {"4": "learning_curves", "5": "mismatch_training", "5b": "mismatch_seq",
+           "4b": "long_credit", "5c": "sc_damaging"}
 
 
 def _values(res: dict, table: str, arm: str, metric: str):
@@ -126,7 +143,7 @@ def figure(rows: list[dict], path: str) -> None:
     ax.plot([], [], color=col, lw=2, label=name)
   ax.plot([], [], "k|", ms=10, label="paper's effect (where stated)")
   ax.set_xlabel("B − A (pp): mean and 95 % t-interval over paired seeds")
-  ax.set_title("Paper claims against the toy studies (n = 3 seeds each)")
+  ax.set_title("Paper claims against the toy studies (paired seeds: 3; 8 in 4b, 6 in 5c)")
   ax.legend(fontsize=7, loc="lower right")
   fig.tight_layout()
   fig.savefig(path)
@@ -147,7 +164,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                   "—" if r["seeds_needed_for_claim"] is None else
                   (r["seeds_needed_for_claim"] if r["seeds_needed_for_claim"] <= 1000
                    else "> 1000"), f"**{v['verdict']}**", r["note"]])
-  table = ("Paired by seed (n = 3), effects in pp; 95 % t-interval; p: paired t-test; MDE at "
+  table = ("Paired by seed (n = 3 in studies 4, 5 and 5b; 8 in 4b; 6 in 5c), effects in pp; 95 % t-interval; p: paired t-test; MDE at "
            "80 % power, α = 0.05, from the observed spread; seeds needed: the n at which the "
            "MDE reaches the paper's effect at that spread.\n\n"
            + common.md_table(["study", "claim", "B − A", "metric", "effect [95 % CI]", "p",
