@@ -143,7 +143,7 @@ def figure(rows: list[dict], path: str) -> None:
     ax.plot([], [], color=col, lw=2, label=name)
   ax.plot([], [], "k|", ms=10, label="paper's effect (where stated)")
   ax.set_xlabel("B − A (pp): mean and 95 % t-interval over paired seeds")
-  ax.set_title("Paper claims against the toy studies (paired seeds: 3; 8 in 4b, 6 in 5c)")
+  ax.set_title("Paper claims against the toy studies\n(paired seeds: 3; 8 in 4b, 6 in 5c)", fontsize=10)
   ax.legend(fontsize=7, loc="lower right")
   fig.tight_layout()
   fig.savefig(path)
