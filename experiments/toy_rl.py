@@ -170,7 +170,8 @@ class RunSpec:
 
 
 def _sampler_cfg(spec: RunSpec, **kw) -> SamplerConfig:
-  return SamplerConfig(max_new_tokens=n_new(spec.max_len), temperature=1.0, num_generations=spec.num_generations,
+  return SamplerConfig(max_new_tokens=n_new(spec.max_len), temperature=1.0,
+                       num_generations=spec.num_generations,
                        stop_token_ids=(toy.EOS,), record_topk=spec.record_topk,
                        pad_token_id=toy.PAD).replace(**kw)
 

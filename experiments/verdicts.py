@@ -143,7 +143,8 @@ def figure(rows: list[dict], path: str) -> None:
     ax.plot([], [], color=col, lw=2, label=name)
   ax.plot([], [], "k|", ms=10, label="paper's effect (where stated)")
   ax.set_xlabel("B − A (pp): mean and 95 % t-interval over paired seeds")
-  ax.set_title("Paper claims against the toy studies\n(paired seeds: 3; 8 in 4b, 6 in 5c)", fontsize=10)
+  ax.set_title("Paper claims against the toy studies\n(paired seeds: 3; 8 in 4b, 6 in 5c)",
+               fontsize=10)
   ax.legend(fontsize=7, loc="lower right")
   fig.tight_layout()
   fig.savefig(path)
@@ -164,7 +165,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                   "—" if r["seeds_needed_for_claim"] is None else
                   (r["seeds_needed_for_claim"] if r["seeds_needed_for_claim"] <= 1000
                    else "> 1000"), f"**{v['verdict']}**", r["note"]])
-  table = ("Paired by seed (n = 3 in studies 4, 5 and 5b; 8 in 4b; 6 in 5c), effects in pp; 95 % t-interval; p: paired t-test; MDE at "
+  table = ("Paired by seed (n = 3 in studies 4, 5 and 5b; 8 in 4b; 6 in 5c), effects in pp; "
+           "95 % t-interval; p: paired t-test; MDE at "
            "80 % power, α = 0.05, from the observed spread; seeds needed: the n at which the "
            "MDE reaches the paper's effect at that spread.\n\n"
            + common.md_table(["study", "claim", "B − A", "metric", "effect [95 % CI]", "p",

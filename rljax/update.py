@@ -61,7 +61,8 @@ def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc
   per-update metrics averaged over the μ updates, `actor/num_updates`, and
   `actor/update_skipped` = how many of them were skipped (with `per_update`, also
   `per_update/loss` [μ], the loss of each update). `presorted`: the batch is already in
-  `minibatch_order(key, ...)` (one epoch only); mini-batch m is rows m·B/μ .. (m+1)·B/μ − 1."""
+  `minibatch_order(key, ...)` (one epoch only); mini-batch m is rows m·B/μ .. (m+1)·B/μ − 1.
+  """
   sc_mb = dataclasses.replace(sc, fused_scoring=False)
   scores = score_batch(graphdef, state.params, batch, sc_mb, ref_params)
   # the tokens in the loss, once for the whole batch: every update, the transforms (CoRT's
