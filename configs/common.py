@@ -124,7 +124,10 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # held-out eval every `every` steps (and at the end); samples.jsonl gets num_samples of it
   # eval.path: an IFEval-format JSONL (e.g. IFBench_test.jsonl) instead of the held-out split
   # at_start: also evaluate the initial policy (logged as step 0, the curve's baseline)
-  c.eval = mlc.ConfigDict(dict(every=4, num_prompts=16, num_samples=4, path="", at_start=True))
+  # sampled: also k samples per prompt at the rollout's temperature from a fixed key, logged
+  # as eval/sampled/<metric> (0: greedy only)
+  c.eval = mlc.ConfigDict(dict(every=4, num_prompts=16, num_samples=4, path="", at_start=True,
+                               sampled=0))
   # wandb: Weights & Biases beside TensorBoard (pip install -r requirements-wandb.txt);
   # mode offline writes <workdir>/wandb/ for `wandb sync` (no network needed), online streams;
   # name: default the workdir's name

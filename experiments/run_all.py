@@ -13,12 +13,12 @@ import tempfile
 
 from experiments import (common, cort_delta, learning_curves, long_credit, mismatch_bias,
                          mismatch_seq, mismatch_training, sc_damaging, score_centering_toy,
-                         verdicts)
+                         smollm2_cort, verdicts)
 
 # verdicts last: it judges the committed results of the training studies (it reruns nothing)
 STUDIES = {m.STUDY: m for m in (score_centering_toy, cort_delta, mismatch_bias, learning_curves,
                                 long_credit, mismatch_training, mismatch_seq, sc_damaging,
-                                verdicts)}
+                                smollm2_cort, verdicts)}
 
 
 def expected_outputs(out_root: str, study: str) -> list[str]:

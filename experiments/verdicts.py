@@ -1,4 +1,4 @@
-"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c): every paper claim
+"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c, 7): every paper claim
 they test, as a paired comparison by seed with its CI, p, minimum detectable effect (MDE)
 and verdict (`experiments/stats.py`), plus the seeds a design would need to detect the
 paper's effect at the observed spread.
@@ -6,7 +6,7 @@ paper's effect at the observed spread.
     python -m experiments.verdicts [--out DIR]
 
 Reads `experiments/results/{learning_curves,long_credit,mismatch_training,mismatch_seq,
-sc_damaging}/results.json`
+sc_damaging,smollm2_cort}/results.json`
 (the committed runs; nothing is rerun, so --quick changes nothing) and writes
 `results/verdicts/`: results.json, table.md, forest.png. Effects are in percentage points.
 A claim whose paper states a size is judged against it; a claim of direction only can
@@ -94,9 +94,18 @@ CLAIMS = [
      1.0, False, ""),
     ("5c", "TIS + SC beats SC (noise0.3)", "SC", "TIS+SC", "final", "sampled/csr", 1.0, False,
      ""),
+    # study 7: SmolLM2-135M-Instruct, the real trainer, 128 shared held-out prompts
+    ("7", "CoRT-GRPO beats GRPO (IFEval-P +1.77, greedy)", "GRPO", "CoRT-GRPO", "final",
+     "prompt_level_strict", 1.77, True, "SmolLM2-135M, 8 steps"),
+    ("7", "CoRT-GRPO beats GRPO (IFEval-I +1.27, greedy)", "GRPO", "CoRT-GRPO", "final",
+     "instruction_level_strict", 1.27, True, ""),
+    ("7", "CoRT-GRPO beats GRPO (IFEval-P +1.77, sampled)", "GRPO", "CoRT-GRPO", "final",
+     "sampled/prompt_level_strict", 1.77, True, ""),
+    ("7", "CoRT-GRPO beats GRPO (IFEval-I +1.27, sampled)", "GRPO", "CoRT-GRPO", "final",
+     "sampled/instruction_level_strict", 1.27, True, ""),
 ]
 SOURCES = {"4": "learning_curves", "5": "mismatch_training", "5b": "mismatch_seq",
-           "4b": "long_credit", "5c": "sc_damaging"}
+           "4b": "long_credit", "5c": "sc_damaging", "7": "smollm2_cort"}
 
 
 def _values(res: dict, table: str, arm: str, metric: str):
@@ -104,12 +113,20 @@ def _values(res: dict, table: str, arm: str, metric: str):
   return np.asarray(entry["values"], np.float64) * 100, entry.get("seeds")
 
 
-def analyse(results_root: str = common.RESULTS) -> list[dict]:
-  loaded = {k: json.load(open(os.path.join(results_root, v, "results.json")))
-            for k, v in SOURCES.items()}
-  rows = []
+def analyse(results_root: str = common.RESULTS) -> tuple[list[dict], list[dict]]:
+  """(rows, pending): a verdict row per claim, and the claims of a study that has fewer than
+  two paired seeds committed yet (a sweep that runs across days)."""
+  loaded = {k: json.load(open(p)) for k, v in SOURCES.items()
+            if os.path.exists(p := os.path.join(results_root, v, "results.json"))}
+  rows, pending = [], []
   for study, text, arm_a, arm_b, table, metric, claim, sized, note in CLAIMS:
-    res = loaded[study]
+    res = loaded.get(study)
+    if res is None or len((res.get(table) or {}).get(arm_a, {}).get(metric, {})
+                          .get("values", [])) < 2:
+      pending.append({"study": study, "claim": text, "source": SOURCES[study],
+                      "seeds_committed": 0 if res is None else len(
+                          res[table][arm_a][metric]["values"])})
+      continue
     a, seeds_a = _values(res, table, arm_a, metric)
     b, seeds_b = _values(res, table, arm_b, metric)
     if seeds_a is not None and seeds_b is not None and seeds_a != seeds_b:
@@ -120,7 +137,17 @@ def analyse(results_root: str = common.RESULTS) -> list[dict]:
     rows.append({"study": study, "claim": text, "a": arm_a, "b": arm_b,
                  "metric": f"{table}:{metric}", "paired": cmp, "verdict": v,
                  "seeds_needed_for_claim": need, "note": note})
-  return rows
+  return rows, pending
+
+
+def _seeds_text(rows: list[dict]) -> str:
+  """'n = 3 in 4, 5, 5b; 8 in 4b; ...': the paired seeds of each study's rows."""
+  by_n: dict = {}
+  for r in rows:
+    studies = by_n.setdefault(r["paired"]["n"], [])
+    if r["study"] not in studies:
+      studies.append(r["study"])
+  return "n = " + "; ".join(f"{n} in {', '.join(st)}" for n, st in by_n.items())
 
 
 def figure(rows: list[dict], path: str) -> None:
@@ -143,7 +170,7 @@ def figure(rows: list[dict], path: str) -> None:
     ax.plot([], [], color=col, lw=2, label=name)
   ax.plot([], [], "k|", ms=10, label="paper's effect (where stated)")
   ax.set_xlabel("B − A (pp): mean and 95 % t-interval over paired seeds")
-  ax.set_title("Paper claims against the toy studies\n(paired seeds: 3; 8 in 4b, 6 in 5c)",
+  ax.set_title(f"Paper claims against the studies\n(paired seeds: {_seeds_text(rows)})",
                fontsize=10)
   ax.legend(fontsize=7, loc="lower right")
   fig.tight_layout()
@@ -153,7 +180,7 @@ def figure(rows: list[dict], path: str) -> None:
 
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
-  rows = analyse()
+  rows, pending = analyse()
   figure(rows, os.path.join(out_dir, "forest.png"))
   lines = []
   for r in rows:
@@ -165,12 +192,16 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                   "—" if r["seeds_needed_for_claim"] is None else
                   (r["seeds_needed_for_claim"] if r["seeds_needed_for_claim"] <= 1000
                    else "> 1000"), f"**{v['verdict']}**", r["note"]])
-  table = ("Paired by seed (n = 3 in studies 4, 5 and 5b; 8 in 4b; 6 in 5c), effects in pp; "
+  table = (f"Paired by seed ({_seeds_text(rows)}), effects in pp; "
            "95 % t-interval; p: paired t-test; MDE at "
            "80 % power, α = 0.05, from the observed spread; seeds needed: the n at which the "
            "MDE reaches the paper's effect at that spread.\n\n"
            + common.md_table(["study", "claim", "B − A", "metric", "effect [95 % CI]", "p",
                               "MDE", "paper", "seeds needed", "verdict", "note"], lines))
+  if pending:
+    table += ("\nNot judged yet (fewer than 2 paired seeds committed): "
+              + "; ".join(f"[{p['study']}] {p['claim']} ({p['seeds_committed']} in "
+                          f"results/{p['source']})" for p in pending) + ".\n")
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(table)
   counts = {k: sum(r["verdict"]["verdict"] == k for r in rows)
@@ -178,7 +209,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                       stats.NOT_TESTABLE)}
   res = {"study": STUDY, "config": {"seed": seed, "quick": quick, "alpha": stats.ALPHA,
                                     "power": stats.POWER, "sources": SOURCES},
-         "rows": rows, "counts": counts, "figures": ["forest.png"],
+         "rows": rows, "pending": pending, "counts": counts, "figures": ["forest.png"],
          "environment": common.environment(), "runtime_s": timer()}
   common.write_json(os.path.join(out_dir, "results.json"), res)
   return res

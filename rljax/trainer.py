@@ -114,7 +114,7 @@ class Trainer:
     self.log = MetricsWriter(self.workdir, tensorboard=cfg.log.tensorboard,
                              total_steps=cfg.train.steps, active=dist.is_writer(), wandb=wandb)
     self.evaluate = Evaluator(collector(self.mesh), self.data.eval_examples, reward_fn, self.log,
-                              cfg.eval.num_samples)
+                              cfg.eval.num_samples, cfg.eval.sampled)
     self.ckpt = RunCheckpoints(self.workdir, cfg.checkpoint, cfg.seed, self.data.batches,
                                self.sync)
     self.skips = SkipGuard(cfg.train.max_consecutive_skips)

@@ -42,6 +42,12 @@ class Keys:
     """Held-out eval (greedy: the key is not read, but `generate` takes one)."""
     return jax.random.key(0)
 
+  @staticmethod
+  def eval_sampled():
+    """Held-out eval with sampling (`eval.sampled`): one fixed key, so every eval of every
+    run draws with the same randomness."""
+    return jax.random.key(1)
+
 
 class SkipGuard:
   """Counts updates skipped in a row for a non-finite loss or gradient; `check` says when

@@ -199,6 +199,8 @@ def test_eval_at_start_and_cort_token_weight_heatmap(tmp_path):
   assert os.path.getsize(os.path.join(wd, "plots", "cort_weights.png")) > 10_000
   rec = json.load(open(os.path.join(wd, "cort_weights.json")))
   assert rec["lambda"] == 1.0 and rec["rows"]
+  complete = [row["complete"] for row in rec["rows"]]  # complete answers are shown first
+  assert complete == sorted(complete, reverse=True)
   for row in rec["rows"]:
     delta = jnp.asarray([row["delta"]])
     want, _ = cort_weights(delta, jnp.ones_like(delta), jnp.float32(rec["lambda"]),
@@ -206,3 +208,28 @@ def test_eval_at_start_and_cort_token_weight_heatmap(tmp_path):
     np.testing.assert_allclose(row["w"], np.asarray(want)[0], atol=1e-5)
     assert len(row["tokens"]) == len(row["ids"]) == len(row["w"])
     assert np.std(row["w"]) > 0  # Δ differs across tokens
+
+
+def test_sampled_eval_is_fixed_draws_scored_like_greedy(tmp_path):
+  """`eval.sampled = k`: k samples per held-out prompt at the rollout's temperature from one
+  fixed key. Its metrics are the IFEval metrics of those k·n responses (recomputed here from
+  the sampler's own output with the same key) and the same at every call."""
+  from rljax.loop.run_state import Keys
+  from rljax.rewards.evaluation import heldout_metrics
+  cfg = _cfg(tmp_path, **{"eval.sampled": 3, "eval.num_prompts": 4})
+  t = Trainer(cfg, str(tmp_path / "sampled"))
+  ev = t.evaluate(t.policy())
+  assert ev == t.evaluate(t.policy())  # fixed draws
+  c, exs = t.evaluate.collector, t.evaluate.examples
+  prompts = c.encoder.encode(exs, replay=False)
+  r, _ = c.generate(t.policy(), prompts, Keys.eval_sampled(),
+                    c.sampler_cfg.replace(num_generations=3, record_topk=0), len(exs),
+                    replay=False)
+  texts = c.tokenizer.batch_decode([row[m > 0] for row, m in zip(r.tokens_BxN, r.mask_BxN)],
+                                   skip_special_tokens=True)
+  want = heldout_metrics([e for e in exs for _ in range(3)], texts, t.evaluate.reward_fn)
+  for k in ("prompt_level_strict", "instruction_level_strict", "reward_mean"):
+    np.testing.assert_allclose(ev[f"eval/sampled/{k}"], want[k], rtol=1e-6)
+  np.testing.assert_allclose(ev["eval/sampled/length_mean"], np.asarray(r.mask_BxN).sum(1).mean())
+  assert ev["eval/sampled/length_clip_ratio"] == np.asarray(r.truncated_B).mean()
+  assert len(set(texts)) > 1 and ev["eval/length_clip_ratio"] in (0.0, 0.25, 0.5, 0.75, 1.0)
