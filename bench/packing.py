@@ -2,7 +2,7 @@
 long, naturally ending answers.
 
     python bench/packing.py [--prompts 4] [--groups 8] [--new 512] [--rounds 3]
-                            [--minibatches 1] [--tokens-per-row 0]
+                            [--minibatches 1] [--tokens-per-row 0] [--balance]
 
 1. Draws one rollout batch with the trainer itself (`configs/cort_grpo.py:cpu` with
    `--prompts` × `--groups` rows, `max_new_tokens=--new`, temperature 1, stop at EOS): the
@@ -15,6 +15,9 @@ long, naturally ending answers.
    process, alternating call by call (bench/interleave.py, medians of --rounds).
    "Useful tokens/s" = the batch's real (non-padding) tokens of x⁺ + response and x⁻ +
    response rows / the update's time. Both workers check that their loss agrees.
+   --balance (μ > 1): a third worker, packed with the groups dealt into mini-batches of about
+   the same tokens (`train.balance_tokens`), and the packed slots of the random and the
+   balanced mini-batches over 64 update keys (host-side plans, no timing).
 Writes bench/results/packing.json.
 """
 from __future__ import annotations
@@ -72,13 +75,48 @@ def load_batch() -> dict:
     return {k: f[k] for k in f.files}
 
 
+def packed_batch(batch: dict, key, g: int, t_, fused: bool, tokens_per_row: int,
+                 balance: bool = False):
+  """(the batch with its packing plans, rows per plan, tokens per packed row), as the trainer
+  builds them: at μ > 1 with one epoch the rows in their mini-batch order (balanced by tokens
+  with `balance`), each mini-batch one plan."""
+  from rljax import packing
+  from rljax.update import minibatch_order
+  rows = batch["mask_BxN"].shape[0]
+  presorted = not fused and t_.inner_epochs == 1
+  if presorted:
+    tokens = sum(batch[m].reshape(rows, -1).sum(1) for m in (
+        "attn_mask_BxL", "minus_attn_mask_BxM", "crit_attn_mask_BxCxL") if m in batch) \
+        if balance else None
+    order = minibatch_order(key, rows, g, t_.num_minibatches, row_tokens=tokens,
+                            units=t_.num_minibatches * t_.grad_accum)
+    batch = {k: v[order] for k, v in batch.items()}
+  t = tokens_per_row or packing.longest_row(batch)
+  unit = packing.unit_rows(rows, g, fused, t_.grad_accum, t_.num_minibatches, presorted)
+  return packing.add_plans(batch, unit, t, bucket=True), unit, t
+
+
+def plan_slots(a, batch: dict, keys: int = 64) -> dict:
+  """{random, balanced: packed slots of the batch's plans over `keys` update keys}."""
+  import jax
+  from rljax import packing
+  cfg = config(a)
+  out = {"random": [], "balanced": []}
+  for s in range(keys):
+    for kind in out:
+      pb, _, _ = packed_batch(batch, jax.random.key(s), a.groups, cfg.train, False,
+                              a.tokens_per_row, kind == "balanced")
+      out[kind].append(sum(packing.packed_tokens(pb).values()))
+  return out
+
+
 def worker(a, kind: str):
   import jax
   from bench.interleave import serve
   from rljax import packing
   from rljax.loop.build import build_model, build_step_parts
   from rljax.train_step import init_state
-  from rljax.update import jit_update, minibatch_order
+  from rljax.update import jit_update
   import dataclasses
   cfg = config(a)
   model = build_model(cfg, None)
@@ -88,15 +126,10 @@ def worker(a, kind: str):
   t_ = cfg.train
   key = jax.random.key(0)
   rows, g = batch["mask_BxN"].shape[0], cfg.rollout.num_generations
-  presorted = kind == "packed" and not sc.fused_scoring and t_.inner_epochs == 1
-  if kind == "packed":  # what the trainer does with train.pack
-    if presorted:  # μ > 1, one epoch: the rows in their mini-batch order, planned per mini-batch
-      order = minibatch_order(key, rows, g, t_.num_minibatches)
-      batch = {k: v[order] for k, v in batch.items()}
-    t = a.tokens_per_row or packing.longest_row(batch)
-    unit = packing.unit_rows(rows, g, sc.fused_scoring, t_.grad_accum, t_.num_minibatches,
-                             presorted)
-    batch = packing.add_plans(batch, unit, t, bucket=True)
+  presorted = kind != "padded" and not sc.fused_scoring and t_.inner_epochs == 1
+  if kind != "padded":  # what the trainer does with train.pack (and train.balance_tokens)
+    batch, unit, t = packed_batch(batch, key, g, t_, sc.fused_scoring, a.tokens_per_row,
+                                  balance=kind == "balanced")
     sc = dataclasses.replace(sc, tokens_per_row=t, pack_group=unit)
   update = jit_update(model.graphdef, optimizer, sc, epochs=t_.inner_epochs,
                       num_minibatches=t_.num_minibatches, presorted=presorted)
@@ -127,6 +160,8 @@ def main():
   ap.add_argument("--tokens-per-row", type=int, default=0)
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--resample", action="store_true", help="draw a new rollout batch")
+  ap.add_argument("--balance", action="store_true",
+                  help="also packed with token-balanced mini-batches (needs --minibatches > 1)")
   ap.add_argument("--worker", default="")
   a = ap.parse_args()
   if a.worker:
@@ -142,7 +177,10 @@ def main():
   argv = [os.path.abspath(__file__), "--prompts", str(a.prompts), "--groups", str(a.groups),
           "--new", str(a.new), "--minibatches", str(a.minibatches), "--tokens-per-row",
           str(a.tokens_per_row)]
-  workers = [Worker(k, argv + ["--worker", k]) for k in ("padded", "packed")]
+  kinds = ("padded", "packed", "balanced") if a.balance else ("padded", "packed")
+  if a.balance and a.minibatches < 2:
+    raise SystemExit("--balance deals groups into mini-batches: give --minibatches >= 2")
+  workers = [Worker(k, argv + ["--worker", k]) for k in kinds]
   load0 = load()
   times = interleaved(workers, a.rounds)
   infos = {w.name: json.loads(w.ask("info")) for w in workers}
@@ -150,11 +188,11 @@ def main():
     w.close()
   med = {k: median(v) for k, v in times.items()}
   rows = []
-  for k in ("padded", "packed"):
+  for k in kinds:
     i = infos[k]
     rows.append({"update": k, "s": med[k], "useful tokens/s": real / med[k],
                  "speed vs padded": med["padded"] / med[k],
-                 "positions": i["packed_slots"] if k == "packed" else i["padded_positions"],
+                 "positions": i["padded_positions"] if k == "padded" else i["packed_slots"],
                  "loss": i["loss"]})
   meta = {"rows": int(lengths.size), "max_new_tokens": n,
           "response_len_mean": float(lengths.mean()),
@@ -164,6 +202,11 @@ def main():
           "real_tokens": real, "rollout_s": float(b["rollout_s"]),
           "load": [load0, load()], "rounds": a.rounds, "minibatches": a.minibatches,
           "times": times, "lengths": lengths.tolist()}
+  if a.balance:
+    slots = plan_slots(a, {k: v for k, v in b.items() if k not in ("rollout_s", "truncated_B")})
+    meta["plan_slots_64_keys"] = {k: {"mean": float(np.mean(v)), "min": int(min(v)),
+                                      "max": int(max(v))} for k, v in slots.items()}
+    meta["argv_balance"] = True
   report("packing", ["update", "s", "useful tokens/s", "speed vs padded", "positions", "loss"],
          rows, meta)
   print({k: v for k, v in meta.items() if k not in ("times", "lengths")})

@@ -114,10 +114,14 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # pack: the update's forwards run on packed rows of tokens_per_row tokens (rljax/packing.py:
   # sequences first-fit into rows, attention within a sequence; the losses and metrics are
   # the padded batch's); tokens_per_row 0 = the batch's padded row length rounded up to 128.
+  # balance_tokens: at one epoch of num_minibatches > 1, groups are dealt into mini-batches
+  # (and grad_accum micro-batches) of about the same real tokens, not at random
+  # (rljax.update.balanced_groups); with pack, the fullest mini-batch sets the packed rows.
   c.train = mlc.ConfigDict(dict(steps=8, inner_epochs=1, num_minibatches=4, grad_accum=1,
                                 logprob_chunk=256, ref_model=False, truncate_logprobs=False,
                                 max_consecutive_skips=3, max_collapsed_steps=3,
-                                old_policy="decoupled", pack=False, tokens_per_row=0))
+                                old_policy="decoupled", pack=False, tokens_per_row=0,
+                                balance_tokens=False))
   # async_save: orbax writes in the background; the next save and the exit wait for it
   c.checkpoint = mlc.ConfigDict(dict(every=1, keep=3, best_metric="eval/prompt_level_strict",
                                      async_save=True))

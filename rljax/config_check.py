@@ -206,6 +206,10 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
         "train.grad_accum", f"{t.grad_accum} must split each mini-batch of {mb_rows} rows "
         f"into whole groups of {g}")
   _need(t.logprob_chunk >= 1, "train.logprob_chunk", "must be >= 1")
+  if t.get("balance_tokens", False):
+    _need(t.inner_epochs == 1 and t.num_minibatches > 1, "train.balance_tokens",
+          f"deals the groups into the mini-batches of one epoch: needs train.inner_epochs = 1 "
+          f"and train.num_minibatches > 1 (got {t.inner_epochs} and {t.num_minibatches})")
   if t.get("pack", False):
     longest = max(d.max_prompt_len, d.max_replay_prompt_len) + r.max_new_tokens
     _need(isinstance(t.tokens_per_row, int) and (t.tokens_per_row == 0

@@ -38,8 +38,8 @@ from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, P
                         needs_ref_params, print_baseline, rollout_metrics,
                         token_weight_heatmap, update_metrics)
 from rljax.loop import pipeline as pipe
-from rljax.loop.batch import permute_rows
-from rljax.loop.metrics import pack_metrics
+from rljax.loop.batch import permute_rows, row_tokens
+from rljax.loop.metrics import minibatch_token_metrics, pack_metrics
 from rljax.loop.placement import describe, make_placement, sampler_model, to_sampler
 from rljax.metrics_log import CompileClock, MetricsWriter
 from rljax.rollout import SamplerSync
@@ -163,11 +163,12 @@ class Trainer:
 
   @property
   def _presorted(self) -> bool:
-    """Packing at μ > 1 with one epoch: the update gets the batch in its mini-batch order,
-    drawn on the host, so that each plan packs a whole mini-batch (`update`)."""
+    """Packing or token-balanced mini-batches at μ > 1 with one epoch: the update gets the
+    batch in its mini-batch order, drawn on the host, so that each plan packs a whole
+    mini-batch (`update`)."""
     t = self.cfg.train
-    return bool(t.pack) and not self.step_cfg.fused_scoring and t.inner_epochs == 1 \
-        and t.num_minibatches > 1
+    return bool(t.pack or t.balance_tokens) and not self.step_cfg.fused_scoring \
+        and t.inner_epochs == 1 and t.num_minibatches > 1
 
   def _plan(self, batch):
     arrays = batch.arrays()
@@ -183,22 +184,28 @@ class Trainer:
 
   def update(self, step: int, batch):
     """The optimizer update(s) of one batch (`rljax.update.jit_update`); host metrics. With
-    packing at μ > 1 and one epoch the rows go to the device in the mini-batch order of
-    `keys.update(step)` (the same mini-batches as the device-side draw), planned per
-    mini-batch; `batch` itself keeps the rollout's order."""
+    packing (or `train.balance_tokens`) at μ > 1 and one epoch the rows go to the device in
+    the mini-batch order of `keys.update(step)` (the same mini-batches as the device-side
+    draw; with balance_tokens, groups dealt into mini-batches and micro-batches of about the
+    same tokens), planned per mini-batch; `batch` itself keeps the rollout's order."""
     pack = {}
+    t = self.cfg.train
     if self._presorted:
-      order = minibatch_order(self.keys.update(step), batch.mask_BxN.shape[0],
-                              self.objective.group_size, self.cfg.train.num_minibatches)
-      batch = self._plan(permute_rows(batch, order))
-      pack = pack_metrics(batch)
+      order = minibatch_order(
+          self.keys.update(step), batch.mask_BxN.shape[0], self.objective.group_size,
+          t.num_minibatches, row_tokens=row_tokens(batch) if t.balance_tokens else None,
+          units=t.num_minibatches * t.grad_accum)
+      batch = permute_rows(batch, order)
+      if t.pack:
+        batch = self._plan(batch)
+      pack = {**pack_metrics(batch), **minibatch_token_metrics(
+          row_tokens(batch), t.num_minibatches * t.grad_accum)}
     layout = layout_of(batch)
     sh = layout.shardings(self.mesh)
     if layout not in self._updates:
       state_sh = jax.tree.map(lambda x: x.sharding, self.state)
       ref_sh = (None if self.ref_params is None
                 else jax.tree.map(lambda x: x.sharding, self.ref_params))
-      t = self.cfg.train
       sc = dataclasses.replace(self.step_cfg, tokens_per_row=layout.pack_tokens_per_row,
                                pack_group=self._pack_unit(batch))
       self._updates[layout] = jit_update(

@@ -46,12 +46,47 @@ def minibatch_rows(key, num_rows: int, group_size: int, epochs: int,
   return rows.reshape(epochs * num_minibatches, -1)
 
 
-def minibatch_order(key, num_rows: int, group_size: int, num_minibatches: int) -> np.ndarray:
+def minibatch_order(key, num_rows: int, group_size: int, num_minibatches: int,
+                    row_tokens=None, units: int | None = None) -> np.ndarray:
   """On the host, the row order of the one-epoch mini-batches `update_batch` draws with
   `key`: its consecutive blocks of num_rows / num_minibatches rows are the mini-batches.
   A batch permuted by it and updated with `presorted=True` makes the same updates; its
-  packing plans can then pack each whole mini-batch together (`rljax.packing`)."""
-  return np.asarray(minibatch_rows(key, num_rows, group_size, 1, num_minibatches)).reshape(-1)
+  packing plans can then pack each whole mini-batch together (`rljax.packing`).
+
+  `row_tokens` [num_rows] (`train.balance_tokens`): the groups are instead dealt into
+  `units` equal blocks (default num_minibatches; num_minibatches × grad_accum to balance
+  each gradient-accumulation micro-batch too) of about the same number of tokens
+  (`balanced_groups`), taking the key's permutation of the groups as the tie order; the
+  blocks keep the order of their first group in that permutation."""
+  rows = np.asarray(minibatch_rows(key, num_rows, group_size, 1, num_minibatches)).reshape(-1)
+  if row_tokens is None:
+    return rows
+  perm = rows[::group_size] // group_size
+  tokens = np.asarray(row_tokens).reshape(-1, group_size).sum(1)
+  groups = balanced_groups(perm, tokens, units or num_minibatches)
+  return (groups[:, None] * group_size + np.arange(group_size)[None]).reshape(-1)
+
+
+def balanced_groups(perm, group_tokens, units: int) -> np.ndarray:
+  """The groups of `perm` (a permutation of the group indices) dealt into `units` blocks of
+  len(perm) / units groups each, their token sums balanced: largest group first (ties in
+  `perm` order), each to the block with the fewest tokens that still has room (ties: the
+  lowest block). Returns the groups block by block, the blocks ordered by the position of
+  their first group in `perm` and each block's groups in `perm` order."""
+  perm, group_tokens = np.asarray(perm), np.asarray(group_tokens)
+  n = len(perm)
+  if n % units:
+    raise ValueError(f"{n} groups do not deal into {units} equal blocks")
+  size, rank = n // units, np.empty(n, int)
+  rank[perm] = np.arange(n)
+  totals, blocks = np.zeros(units, np.int64), [[] for _ in range(units)]
+  for g in sorted(perm.tolist(), key=lambda g: (-int(group_tokens[g]), rank[g])):
+    j = min((j for j in range(units) if len(blocks[j]) < size), key=lambda j: (totals[j], j))
+    blocks[j].append(g)
+    totals[j] += int(group_tokens[g])
+  blocks = [sorted(b, key=lambda g: rank[g]) for b in blocks]
+  blocks.sort(key=lambda b: rank[b[0]])
+  return np.asarray([g for b in blocks for g in b], np.int64)
 
 
 def update_batch(state, batch: dict, ref_params, key, *, graphdef, optimizer, sc: StepConfig,

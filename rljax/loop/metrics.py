@@ -39,6 +39,14 @@ def pack_metrics(batch) -> dict:
           "pack/slots_vs_padded": float(seg.size / batch.tokens_BxL.size)}
 
 
+def minibatch_token_metrics(row_tokens, units: int) -> dict:
+  """Rows in their mini-batch order, `units` consecutive blocks (the mini-batches' micro-
+  batches): the fullest block's real tokens over the mean block's (1 = balanced; a packed
+  update gives every block the packed rows of the fullest)."""
+  sums = np.asarray(row_tokens, np.float64).reshape(units, -1).sum(1)
+  return {"minibatch/tokens_max_over_mean": float(sums.max() / max(sums.mean(), 1.0))}
+
+
 def update_metrics(metrics: dict, criterion_ids=()) -> dict:
   """The update's device metrics as floats; the per-criterion Δ sums (per-criterion replay)
   expanded to `cort/delta/<criterion id>` = the mean Δ_j of that criterion."""

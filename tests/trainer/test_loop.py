@@ -151,3 +151,26 @@ def test_exact_sc_with_the_full_recorded_distribution_trains(tmp_path):
                    **{"objective.loss": "sc", "rollout.record_topk": -1, "train.steps": 1,
                       "checkpoint.every": 0, "eval.num_prompts": 0})
   assert np.isfinite(final["loss"]) and final["actor/num_skipped"] == 0
+
+
+def test_token_balanced_minibatches_packed_equal_padded(tmp_path):
+  """train.balance_tokens: the groups dealt into mini-batches of about the same tokens on the
+  host; packed and padded runs with it make the same updates (same mini-batches, float32
+  rounding apart) and log how full the fullest mini-batch is."""
+  over = {"train.steps": 2, "checkpoint.every": 0, "eval.num_prompts": 0,
+          "train.inner_epochs": 1, "train.num_minibatches": 2, "train.balance_tokens": True}
+  _, wd0 = _run(tmp_path, "padded", **over)
+  _, wd1 = _run(tmp_path, "packed", **over, **{"train.pack": True, "train.tokens_per_row": 192})
+  padded, packed = read_metrics(wd0), read_metrics(wd1)
+  for a, b in zip(padded, packed):
+    assert a["minibatch/tokens_max_over_mean"] == b["minibatch/tokens_max_over_mean"] >= 1
+    for k, v in a.items():
+      if isinstance(v, float) and not k.startswith(("time", "timeline", "throughput")):
+        np.testing.assert_allclose(b[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def test_token_balance_needs_one_epoch_of_minibatches(tmp_path):
+  from rljax.config_check import ConfigError
+  with pytest.raises(ConfigError, match="train.balance_tokens"):
+    _run(tmp_path, "bad", **{"train.balance_tokens": True, "train.num_minibatches": 1,
+                             "train.inner_epochs": 1})
