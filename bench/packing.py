@@ -17,7 +17,8 @@ long, naturally ending answers.
    response rows / the update's time. Both workers check that their loss agrees.
    --balance (μ > 1): a third worker, packed with the groups dealt into mini-batches of about
    the same tokens (`train.balance_tokens`), and the packed slots of the random and the
-   balanced mini-batches over 64 update keys (host-side plans, no timing).
+   balanced mini-batches over 64 update keys (host-side plans, no timing); --plans-only:
+   only those plan counts, no update is timed.
 Writes bench/results/packing.json.
 """
 from __future__ import annotations
@@ -110,6 +111,25 @@ def plan_slots(a, batch: dict, keys: int = 64) -> dict:
   return out
 
 
+def plans_report(a, b: dict, lengths) -> None:
+  """--plans-only: the padded positions and the packed slots of random and token-balanced
+  mini-batches over 64 update keys (bench/results/packing_plans.json)."""
+  from rljax import packing
+  if a.minibatches < 2:
+    raise SystemExit("--plans-only deals groups into mini-batches: give --minibatches >= 2")
+  batch = {k: v for k, v in b.items() if k not in ("rollout_s", "truncated_B")}
+  slots = plan_slots(a, batch)
+  padded = sum(packing.padded_tokens(batch).values())
+  rows = [{"mini-batches": k, "packed slots (mean)": float(np.mean(v)), "min": int(min(v)),
+           "max": int(max(v)), "vs padded": float(np.mean(v)) / padded}
+          for k, v in slots.items()]
+  rows.insert(0, {"mini-batches": "padded", "packed slots (mean)": float(padded),
+                  "min": padded, "max": padded, "vs padded": 1.0})
+  report("packing_plans", list(rows[0]), rows,
+         {"minibatches": a.minibatches, "keys": 64, "lengths": lengths.tolist(),
+          "length_clip_ratio": float(np.mean(b["truncated_B"]))})
+
+
 def worker(a, kind: str):
   import jax
   from bench.interleave import serve
@@ -160,6 +180,8 @@ def main():
   ap.add_argument("--tokens-per-row", type=int, default=0)
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--resample", action="store_true", help="draw a new rollout batch")
+  ap.add_argument("--plans-only", action="store_true",
+                  help="with --balance: the plans' packed slots only, no timed update")
   ap.add_argument("--balance", action="store_true",
                   help="also packed with token-balanced mini-batches (needs --minibatches > 1)")
   ap.add_argument("--worker", default="")
@@ -177,6 +199,8 @@ def main():
   argv = [os.path.abspath(__file__), "--prompts", str(a.prompts), "--groups", str(a.groups),
           "--new", str(a.new), "--minibatches", str(a.minibatches), "--tokens-per-row",
           str(a.tokens_per_row)]
+  if a.plans_only:
+    return plans_report(a, b, lengths)
   kinds = ("padded", "packed", "balanced") if a.balance else ("padded", "packed")
   if a.balance and a.minibatches < 2:
     raise SystemExit("--balance deals groups into mini-batches: give --minibatches >= 2")

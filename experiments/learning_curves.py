@@ -58,6 +58,20 @@ FIG3 = [("actor/grad_norm", "actor grad norm (global L2)"),
         ("reward/csr", "train reward CSR (fraction)")]
 
 
+def curve_figures(out_dir: str, curve: dict, names: list, n_seeds: int) -> list[str]:
+  """The training-curve figures (from `results.json`'s curves: `experiments.redraw`)."""
+  figures = ["fig3_cort_ablations.png", "fig3_objectives.png"]
+  abl = [a for a in ("GRPO", "CoRT-GRPO", "CoRT w/o norm", "CoRT w/o ramp", "CoRT w/o both")
+         if a in names]
+  objs = [a for a in names if a not in abl[2:]]
+  toy_grid.plot_curves(os.path.join(out_dir, figures[0]), curve, abl, FIG3,
+                       f"CoRT ablations (Figure 3 analogue; mean ± std over {n_seeds} seeds, "
+                       f"ramp K = {RAMP} batches)", order=names)
+  toy_grid.plot_curves(os.path.join(out_dir, figures[1]), curve, objs, FIG3,
+                       f"Objectives ± CoRT (mean ± std over {n_seeds} seeds)", order=names)
+  return figures
+
+
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   arms, seeds, n_held = ARMS, [seed + s for s in SEEDS], 256
@@ -74,16 +88,8 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
            for k in EVAL_KEYS[:3] for auc in (False, True)]
   init_eval = {k: v for k, v in next(iter(next(iter(runs.values())).values()))["evals"][0].items()}
   curve = toy_grid.curves(runs)
-  figures = ["fig3_cort_ablations.png", "fig3_objectives.png", "heldout_curves.png"]
   names = list(runs)
-  abl = [a for a in ("GRPO", "CoRT-GRPO", "CoRT w/o norm", "CoRT w/o ramp", "CoRT w/o both")
-         if a in runs]
-  objs = [a for a in names if a not in abl[2:]]
-  toy_grid.plot_curves(os.path.join(out_dir, figures[0]), curve, abl, FIG3,
-                       f"CoRT ablations (Figure 3 analogue; mean ± std over {len(seeds)} seeds, "
-                       f"ramp K = {RAMP} batches)", order=names)
-  toy_grid.plot_curves(os.path.join(out_dir, figures[1]), curve, objs, FIG3,
-                       f"Objectives ± CoRT (mean ± std over {len(seeds)} seeds)", order=names)
+  figures = curve_figures(out_dir, curve, names, len(seeds)) + ["heldout_curves.png"]
   toy_grid.plot_evals(os.path.join(out_dir, figures[2]), runs, names,
                       [("sampled/csr", "held-out CSR, sampled (%)"),
                        ("sampled/aon", "held-out AON = prompt acc., sampled (%)"),
@@ -100,7 +106,9 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
          "warm_start": sft_info, "initial_eval": init_eval, "final": finals, "auc": aucs,
          "final_per_criterion": per_criterion,
          "paired": pairs, "panel_summary": panels,
-         "curves": curve, "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
+         "curves": curve,
+         "evals": {a: {s: r["evals"] for s, r in v.items()} for a, v in runs.items()},
+         "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
                                             for a, v in runs.items()},
          "runs_runtime_total_s": sum(r["runtime_s"] for v in runs.values() for r in v.values()),
          "summary_only": bool(os.environ.get("TOY_GRID_CACHED_ONLY")),

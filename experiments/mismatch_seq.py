@@ -48,6 +48,20 @@ REJECT_KEYS = ("transform/rej_seq_prod/frac_seqs_rejected",
                "transform/rej_seq_geo/frac_seqs_rejected")
 
 
+def curve_figures(out_dir: str, curve: dict, arms: list, n_seeds: int) -> list[str]:
+  """One training-curve figure per sampler (from `results.json`'s curves:
+  `experiments.redraw`)."""
+  figures = []
+  for s in ORDER:
+    names = [a for a in arms if a.startswith(s + " /")] + [a for a in arms if a == "on-policy PG"]
+    if len(names) > 1:
+      fig = f"curves_{s.replace('+', '_').lower()}.png"
+      toy_grid.plot_curves(os.path.join(out_dir, fig), curve, names, PANELS,
+                           f"Sampler {s}: reward and drift (mean ± std over {n_seeds} seeds)")
+      figures.append(fig)
+  return figures
+
+
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   arms, seeds, n_held = ARMS, [seed + s for s in SEEDS], 256
@@ -77,13 +91,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                       f"Held-out CSR of the trainer ({n_held} prompts), mean ± std over "
                       f"{len(seeds)} seeds", groups=groups)
   figures.append(fig)
-  for s in ORDER:
-    names = [a for a in runs if a.startswith(s + " /")] + [a for a in runs if a == "on-policy PG"]
-    if len(names) > 1:
-      fig = f"curves_{s.replace('+', '_').lower()}.png"
-      toy_grid.plot_curves(os.path.join(out_dir, fig), curve, names, PANELS,
-                           f"Sampler {s}: reward and drift (mean ± std over {len(seeds)} seeds)")
-      figures.append(fig)
+  figures += curve_figures(out_dir, curve, list(runs), len(seeds))
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(_table(finals, train_end, rejected, pairs, seeds, n_held))
   res = {"study": STUDY, "config": {"seed": seed, "seeds": seeds, "quick": quick,
@@ -92,6 +100,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                                     "heldout_seed": 7, "eval_samples_per_prompt": 4},
          "warm_start": sft_info, "final": finals, "train_last10": train_end,
          "rejected_mean_over_run": rejected, "paired": pairs, "curves": curve,
+         "evals": {a: {s: r["evals"] for s, r in v.items()} for a, v in runs.items()},
          "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()} for a, v in runs.items()},
          "runs_runtime_total_s": sum(r["runtime_s"] for v in runs.values() for r in v.values()),
          "summary_only": bool(os.environ.get("TOY_GRID_CACHED_ONLY")),

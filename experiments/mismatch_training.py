@@ -51,6 +51,21 @@ PANELS = [("reward/csr", "train reward CSR (fraction)"),
           ("response/length_mean", "response length (tokens)")]
 
 
+def curve_figures(out_dir: str, curve: dict, arms: list, n_seeds: int) -> list[str]:
+  """One training-curve figure per sampler (from `results.json`'s curves:
+  `experiments.redraw`)."""
+  figures = []
+  for s in SAMPLERS:
+    names = [a for a in arms if a.startswith(s)] + [a for a in arms if a == "on-policy PG"]
+    if not names:
+      continue
+    fig = f"curves_{s.replace('+', '_').lower()}.png"
+    toy_grid.plot_curves(os.path.join(out_dir, fig), curve, names, PANELS,
+                         f"Sampler {s}: reward and drift (mean ± std over {n_seeds} seeds)")
+    figures.append(fig)
+  return figures
+
+
 def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   arms, seeds, n_held = ARMS, [seed + s for s in SEEDS], 256
@@ -68,15 +83,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
            for s in SAMPLERS for a, b in (("PG", "SC"), ("TIS", "SC"), ("TIS", "TIS+SC"),
                                           ("SC", "TIS+SC"), ("PG", "BPO"))
            if f"{s} / {a}" in runs and f"{s} / {b}" in runs]
-  figures = []
-  for s in SAMPLERS:
-    names = [a for a in runs if a.startswith(s)] + [a for a in runs if a == "on-policy PG"]
-    if not names:
-      continue
-    fig = f"curves_{s.replace('+', '_').lower()}.png"
-    toy_grid.plot_curves(os.path.join(out_dir, fig), curve, names, PANELS,
-                         f"Sampler {s}: reward and drift (mean ± std over {len(seeds)} seeds)")
-    figures.append(fig)
+  figures = curve_figures(out_dir, curve, list(runs), len(seeds))
   fig = "heldout_curves.png"
   groups = [(f"sampler {s}", [a for a in runs if a.startswith(s + " /")] +
              [a for a in runs if a == "on-policy PG"]) for s in SAMPLERS]
@@ -93,7 +100,9 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                                     "model": MODEL, "warm_start": SFT, "heldout_prompts": n_held,
                                     "heldout_seed": 7, "eval_samples_per_prompt": 4},
          "warm_start": sft_info, "final": finals, "train_last10": train_end, "paired": pairs,
-         "curves": curve, "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
+         "curves": curve,
+         "evals": {a: {s: r["evals"] for s, r in v.items()} for a, v in runs.items()},
+         "run_runtime_s": {a: {s: r["runtime_s"] for s, r in v.items()}
                                             for a, v in runs.items()},
          "runs_runtime_total_s": sum(r["runtime_s"] for v in runs.values() for r in v.values()),
          "summary_only": bool(os.environ.get("TOY_GRID_CACHED_ONLY")),

@@ -26,6 +26,10 @@ def test_run_all_quick_writes_every_study(tmp_path):
     assert {"config", "runtime_s", "environment"} <= set(res), study
     assert res["config"]["seed"] == 0
   assert json.load(open(tmp_path / "run_all_quick.json"))["quick"] is True
+  # the training-curve figures redraw from results.json alone
+  from experiments.redraw import redraw
+  for study, figs in redraw(str(tmp_path)).items():
+    assert figs and all(os.path.getsize(tmp_path / study / f) > 0 for f in figs), study
 
 
 def test_closed_form_expectation_matches_library_losses():
@@ -48,3 +52,19 @@ def test_closed_form_expectation_matches_library_losses():
       if name in SC_FAMILY and name != "top-k SC":
         assert float(jnp.abs(bf).max()) < 1e-6, name  # exact centering: no drift
   assert float(jnp.abs(brute_force_ascent_logits("PG", logits, logq, 1.0)).max()) > 1e-3
+
+
+def test_mismatch_signal_unit_is_the_expected_greedy_token_gradient():
+  """Study 3's drift unit: Σ_y p_y r(y) ∇_logits log p(y) with r = 1 on the most likely token,
+  summed over the whole vocabulary, equals `signal_logits`."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from experiments.mismatch_bias import signal_logits
+  rng = np.random.default_rng(1)
+  logp = jax.nn.log_softmax(jnp.asarray(2 * rng.normal(size=(3, 30)), jnp.float32))
+  p = np.exp(np.asarray(logp, np.float64))
+  for t in range(3):
+    r = (np.arange(30) == np.argmax(p[t])).astype(np.float64)
+    want = sum(p[t, y] * r[y] * (np.eye(30)[y] - p[t]) for y in range(30))  # ∇ log p(y) = e_y − p
+    np.testing.assert_allclose(np.asarray(signal_logits(logp))[t], want, atol=1e-6)
