@@ -14,6 +14,8 @@ The seed's claim (CoRT Fig. 1): criterion-bearing tokens carry most of Δ.
 from __future__ import annotations
 
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -224,6 +226,111 @@ def tables(res) -> str:
   return s
 
 
+# where Δ's mass sits, token classes in priority order (each token in the first that holds)
+CLASSES = ("criterion", "same line", "next 3 tokens", "first 5 tokens", "rest")
+
+
+def token_classes(ids, label, is_newline, after: int = 3, first: int = 5) -> np.ndarray:
+  """[T] class index (CLASSES) of each response token: a criterion token; on the same line
+  as one (no newline token between them); among the `after` tokens after a criterion span;
+  among the response's first `first` tokens; the rest."""
+  label = np.asarray(label, bool)
+  t = len(label)
+  line = np.cumsum([0] + [int(bool(is_newline(i))) for i in ids[:-1]])  # line of each token
+  crit_lines = set(line[label].tolist())
+  cls = np.full(t, 4)
+  cls[:first] = 3
+  for i in np.flatnonzero(label):
+    cls[i + 1:i + 1 + after] = np.minimum(cls[i + 1:i + 1 + after], 2)
+  cls[np.isin(line, list(crit_lines)) & ~label] = 1
+  cls[label] = 0
+  return cls
+
+
+def mass_analysis(responses, is_newline, n_boot: int, seed: int) -> dict:
+  """Where Σ|Δ| sits: per token class (`token_classes`) its share of the tokens and of Σ|Δ|;
+  the ceiling of any token set as large as the criterion tokens (the top-m tokens by |Δ|,
+  m = the criterion tokens' count: pooled, and per response with each response's own m);
+  the criterion share on answers that ended (EOS) and on answers cut at max_new_tokens.
+  [95 % CI]: bootstrap over responses."""
+  groups = []
+  for r in responses:
+    ids, d = list(r["token_ids"]), np.abs(np.asarray(r["delta"], np.float64))
+    lab = np.asarray(r["label"], bool)
+    groups.append({"abs": d, "label": lab, "cls": token_classes(ids, lab, is_newline),
+                   "complete": len(ids) > 0 and int(ids[-1]) == int(r.get("eos", 2))})
+  cat = lambda gs, k: np.concatenate([g[k] for g in gs]) if gs else np.zeros(0)
+  boot = lambda fn: {"value": fn(groups), "ci95": cluster_boot(groups, fn, n_boot, seed)}
+  out = {"classes": {}}
+  for c, name in enumerate(CLASSES):
+    mass = lambda gs, c=c: float(cat(gs, "abs")[cat(gs, "cls") == c].sum()
+                                 / max(cat(gs, "abs").sum(), 1e-12))
+    toks = lambda gs, c=c: float(np.mean(cat(gs, "cls") == c))
+    out["classes"][name] = {"token_share": boot(toks), "abs_delta_share": boot(mass)}
+
+  def ceiling(gs):
+    a, m = cat(gs, "abs"), int(cat(gs, "label").sum())
+    return float(np.sort(a)[::-1][:m].sum() / max(a.sum(), 1e-12))
+
+  def ceiling_per_response(gs):
+    top = sum(np.sort(g["abs"])[::-1][:int(g["label"].sum())].sum() for g in gs)
+    return float(top / max(cat(gs, "abs").sum(), 1e-12))
+
+  out["oracle_ceiling_pooled"] = boot(ceiling)
+  out["oracle_ceiling_per_response"] = boot(ceiling_per_response)
+  share = lambda gs: float(cat(gs, "abs")[cat(gs, "label")].sum()
+                           / max(cat(gs, "abs").sum(), 1e-12))
+  out["criterion_share"] = boot(share)
+  for name, want in (("complete", True), ("cut", False)):
+    sub = [g for g in groups if g["complete"] == want]
+    out[f"criterion_share_{name}"] = {
+        "n_responses": len(sub), "token_share": float(np.mean(cat(sub, "label"))) if sub else
+        float("nan"), "value": share(sub) if sub else float("nan"),
+        "ci95": cluster_boot(sub, share, n_boot, seed) if sub else [float("nan")] * 2}
+  return out
+
+
+def mass_table(m: dict) -> str:
+  rows = [[name, fmt(v["token_share"]), fmt(v["abs_delta_share"])]
+          for name, v in m["classes"].items()]
+  s = ("\n### Where Σ|Δ| sits (token classes in priority order: a token counts in the first "
+       "that holds)\n\n" + common.md_table(["tokens", "share of tokens", "share of Σ|Δ|"], rows))
+  s += "\n" + common.md_table(["quantity", "value [95% CI]"], [
+      ["criterion tokens' share of Σ|Δ|", fmt(m["criterion_share"])],
+      ["ceiling: the same number of tokens with the largest |Δ| (pooled)",
+       fmt(m["oracle_ceiling_pooled"])],
+      ["ceiling, each response's own count", fmt(m["oracle_ceiling_per_response"])],
+      [f"criterion share, answers that ended (n = {m['criterion_share_complete']['n_responses']}"
+       f"; {100 * m['criterion_share_complete']['token_share']:.1f} % of their tokens)",
+       fmt(m["criterion_share_complete"])],
+      [f"criterion share, answers cut at max_new_tokens (n = "
+       f"{m['criterion_share_cut']['n_responses']}; "
+       f"{100 * m['criterion_share_cut']['token_share']:.1f} % of their tokens)",
+       fmt(m["criterion_share_cut"])]])
+  return s
+
+
+def analyse(out: str, tok=None) -> dict:
+  """Adds `mass_analysis` to `out`/results.json and its table to table.md, from the committed
+  responses (nothing regenerated): `python -m experiments.cort_delta --analyse`."""
+  if tok is None:
+    from rljax.models.bundled import smollm2_path
+    from rljax.models.tokenizer import load_tokenizer
+    tok = load_tokenizer(smollm2_path())
+  path = f"{out}/results.json"
+  res = json.load(open(path))
+  cache: dict = {}
+  is_newline = lambda i: cache.setdefault(int(i), "\n" in tok.decode([int(i)]))
+  res["mass_analysis"] = mass_analysis(
+      [dict(r, eos=tok.eos_token_id) for r in res["responses"]], is_newline,
+      res["config"]["n_boot"], res["config"]["seed"])
+  with open(f"{out}/table.md", "w") as f:
+    f.write(f"# Study 2: CoRT Figure 1 analogue (SmolLM2-135M)\n\n{tables(res)}"
+            f"{mass_table(res['mass_analysis'])}")
+  common.write_json(path, res)
+  return res
+
+
 def run(out: str, quick: bool = False, seed: int = 0) -> dict:
   timer = common.Timer()
   cfg = {"model": "SmolLM2-135M-Instruct (bundled GGUF, float32)", "split": "heldout",
@@ -252,10 +359,18 @@ def run(out: str, quick: bool = False, seed: int = 0) -> dict:
   res["environment"] = common.environment()
   res["runtime_s"] = {"generate_and_score": t_collect, "total": timer()}
   common.write_json(f"{out}/results.json", res)
-  return res
+  return analyse(out, tok)
 
 
 def main(argv=None):
+  import sys
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if "--analyse" in argv:  # the mass analysis of the committed responses only
+    argv.remove("--analyse")
+    out = common.out_dir_for(STUDY, argv[argv.index("--out") + 1] if "--out" in argv else None)
+    analyse(out)
+    print(open(f"{out}/table.md").read())
+    return
   common.study_main(STUDY, run, __doc__, argv)
 
 
