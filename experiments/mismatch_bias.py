@@ -463,7 +463,11 @@ def figures(cells, cfg, out) -> list[str]:
         ax.plot(ks, [x["ceiling_cos"] for x in cs], "k--", label="on-policy ceiling")
       if log:
         ax.set_yscale("log")
-      ax.set_xscale("symlog", linthresh=1)
+      if len(ks) > 1:
+        ax.set_xscale("symlog", linthresh=1)
+      else:  # one cell (k = 0): no staleness axis to draw
+        ax.set_xlim(-1, 1)
+        ax.set_xticks([0])
       common.finish_axes(ax, "staleness k (trainer updates)", ylab if c == cfg["copies"][0] else "",
                          f"sampler copy: {c}", legend=False)
     axes[0][-1].legend(fontsize=7, loc="best")
