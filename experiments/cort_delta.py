@@ -95,9 +95,12 @@ def collect(cfg: dict):
   pad_rows = lambda rows: rows + [rows[-1]] * (-len(rows) % b)
   key = jax.random.key(cfg["seed"])
   toks, rmask, lp, lm = [], [], [], []
+  tries = []
   for s in range(0, n, b):
     ids, mask = common.left_pad(pad_rows(plus[s:s + b]), pad, p_len)
-    r = generate(model, ids, mask, jax.random.fold_in(key, s), scfg)
+    r, used = generate_until_eos(model, ids, mask, jax.random.fold_in(key, s), scfg,
+                                 cfg.get("tries", 1))
+    tries.append(used)
     mids, mmask = common.left_pad(pad_rows(minus[s:s + b]), pad, m_len)
     lp.append(np.asarray(score_rollout(model, r, scfg)["logp_BxN"]))
     lm.append(np.asarray(score_rollout(model, r._replace(
@@ -106,7 +109,7 @@ def collect(cfg: dict):
     rmask.append(np.asarray(r.mask_BxN))
     print(f"[cort_delta] generated and scored {min(s + b, n)}/{n}", flush=True)
   cat = lambda xs: np.concatenate(xs)[:n]
-  toks, rmask, lp, lm = cat(toks), cat(rmask), cat(lp), cat(lm)
+  toks, rmask, lp, lm, tries = cat(toks), cat(rmask), cat(lp), cat(lm), cat(tries)
   lc = np.zeros((len(drops), toks.shape[1]), np.float32)
   for s in range(0, len(drops), b):
     rows = [i for i, _ in drops[s:s + b]]
@@ -136,8 +139,30 @@ def collect(cfg: dict):
                        "delta_c": (lp[i] - lc[k])[m]})
     recs.append({"id": e["id"], "ids": ids, "text": text, "delta": delta[i][m],
                  "w_raw": w_raw[i][m], "label": any_lab.astype(np.int8), "criteria": per_crit,
-                 "csr": float(info["csr"][i]), "truncated": bool(rmask[i].all())})
+                 "csr": float(info["csr"][i]), "truncated": bool(rmask[i].all()),
+                 "tries": int(tries[i])})
   return recs, tok
+
+
+def generate_until_eos(model, ids, mask, key, scfg, tries: int = 1):
+  """One response per row; with `tries` > 1, a row cut at max_new_tokens is drawn again
+  (new keys) up to `tries` draws in all, keeping the first draw that ended with a stop token
+  (or the last draw). Returns (Rollout, draws used per row). Answers that end are preferred:
+  a bias towards shorter answers, the price of labelling end-anchored criteria."""
+  from rljax.rollout import generate
+  r = generate(model, ids, mask, key, scfg)
+  used = np.ones(len(ids), np.int64)
+  for t in range(1, tries):
+    cut = np.asarray(r.truncated_B)
+    if not cut.any():
+      break
+    r2 = generate(model, ids, mask, jax.random.fold_in(key, 10_000 + t), scfg)
+    sel = jnp.asarray(cut)
+    r = r._replace(**{f: jnp.where(sel.reshape((-1,) + (1,) * (x.ndim - 1)), y, x)
+                      for f, x, y in zip(r._fields, r, r2)
+                      if x is not None and not f.startswith("prompt")})
+    used += cut
+  return r, used
 
 
 def per_criterion(recs, n_boot: int, seed: int) -> list[dict]:
@@ -201,6 +226,11 @@ def tables(res) -> str:
        f"({100 * o['delta']['token_share_criterion']:.1f} %); mean CSR of the responses "
        f"{res['mean_csr']:.3f}. Values [95% CI, bootstrap over responses, "
        f"{res['config']['n_boot']} resamples].\n\n")
+  if "ended_fraction" in res:
+    s += (f"Answers that ended with a stop token: {100 * res['ended_fraction']:.1f} % "
+          f"(≤ {res['config']['max_new_tokens']} new tokens, up to "
+          f"{res['config'].get('tries', 1)} draws per prompt, {res['draws_mean']:.2f} on "
+          f"average).\n\n")
   s += common.md_table(["quantity", "Δ (nats)", "w̃ (λ=1)"], [
       ["mean on criterion tokens", fmt(o["delta"]["mean_criterion"]), fmt(o["w_raw"]["mean_criterion"])],
       ["mean on other tokens", fmt(o["delta"]["mean_other"]), fmt(o["w_raw"]["mean_other"])],
@@ -331,17 +361,22 @@ def analyse(out: str, tok=None) -> dict:
   return res
 
 
-def run(out: str, quick: bool = False, seed: int = 0) -> dict:
+def run(out: str, quick: bool = False, seed: int = 0, study: str = STUDY, **over) -> dict:
+  """`over`: config entries on top of the committed design (e.g. `cort_delta_eos`'s)."""
   timer = common.Timer()
   cfg = {"model": "SmolLM2-135M-Instruct (bundled GGUF, float32)", "split": "heldout",
          "n_prompts": 6 if quick else 200, "max_new_tokens": 24 if quick else 96,
          "temperature": 0.7, "top_k": 0, "top_p": 1.0, "batch": 6 if quick else 20,
-         "eta": 0.5, "tau": 1.0, "lambda": 1.0, "seed": seed, "n_boot": 50 if quick else 1000}
+         "eta": 0.5, "tau": 1.0, "lambda": 1.0, "seed": seed, "n_boot": 50 if quick else 1000,
+         "tries": 1, **over}
   recs, tok = collect(cfg)
   t_collect = timer()
   groups = [{"delta": r["delta"], "abs_delta": np.abs(r["delta"]), "w_raw": r["w_raw"],
              "label": r["label"]} for r in recs]
-  res = {"study": STUDY, "config": cfg, "mean_csr": float(np.mean([r["csr"] for r in recs])),
+  res = {"study": study, "config": cfg,
+         "mean_csr": float(np.mean([r["csr"] for r in recs])),
+         "ended_fraction": float(np.mean([not r["truncated"] for r in recs])),
+         "draws_mean": float(np.mean([r["tries"] for r in recs])),
          "overall": {k: class_stats(groups, k, cfg["n_boot"], seed)
                      for k in ("delta", "abs_delta", "w_raw")},
          "per_criterion": per_criterion(recs, cfg["n_boot"], seed)}
@@ -349,6 +384,7 @@ def run(out: str, quick: bool = False, seed: int = 0) -> dict:
   histogram(recs, f"{out}/delta_hist.png")
   res["figures"] = ["heatmap_w_tilde.png", "delta_hist.png"]
   res["responses"] = [{"id": r["id"], "csr": r["csr"], "text": r["text"], "token_ids": r["ids"],
+                       "truncated": r["truncated"], "tries": r["tries"],
                        "delta": np.round(r["delta"], 4), "label": r["label"],
                        "criteria": [{"id": c["id"], "satisfied": c["satisfied"],
                                      "label": c["label"].astype(np.int8),

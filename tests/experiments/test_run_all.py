@@ -68,3 +68,33 @@ def test_mismatch_signal_unit_is_the_expected_greedy_token_gradient():
     r = (np.arange(30) == np.argmax(p[t])).astype(np.float64)
     want = sum(p[t, y] * r[y] * (np.eye(30)[y] - p[t]) for y in range(30))  # ∇ log p(y) = e_y − p
     np.testing.assert_allclose(np.asarray(signal_logits(logp))[t], want, atol=1e-6)
+
+
+def test_generate_until_eos_keeps_ended_rows_and_redraws_cut_ones():
+  """Study 2b's sampler: rows that ended keep their first draw, cut rows take the next draw
+  (new keys) wholesale, up to `tries`; with tries = 1 it is `generate` itself."""
+  import jax
+  import numpy as np
+  from experiments.cort_delta import generate_until_eos
+  from rljax.models import create_model
+  from rljax.rollout import SamplerConfig, generate
+  from tests.test_train_step import CFG
+  model = create_model(CFG)
+  ids = np.tile(np.arange(1, 7, dtype=np.int32), (12, 1))
+  mask = np.ones_like(ids)
+  scfg = SamplerConfig(max_new_tokens=5, temperature=1.0, stop_token_ids=(3, 4, 5, 6, 7),
+                       pad_token_id=0)
+  key = jax.random.key(2)
+  r1 = generate(model, ids, mask, key, scfg)
+  one, used1 = generate_until_eos(model, ids, mask, key, scfg, tries=1)
+  np.testing.assert_array_equal(np.asarray(one.tokens_BxN), np.asarray(r1.tokens_BxN))
+  assert (used1 == 1).all()
+  cut = np.asarray(r1.truncated_B)
+  assert cut.any() and (~cut).any(), cut  # the case needs both kinds of rows
+  r2 = generate(model, ids, mask, jax.random.fold_in(key, 10_001), scfg)
+  two, used = generate_until_eos(model, ids, mask, key, scfg, tries=2)
+  want = np.where(cut[:, None], np.asarray(r2.tokens_BxN), np.asarray(r1.tokens_BxN))
+  np.testing.assert_array_equal(np.asarray(two.tokens_BxN), want)
+  np.testing.assert_array_equal(np.asarray(two.truncated_B),
+                                np.where(cut, np.asarray(r2.truncated_B), False))
+  np.testing.assert_array_equal(used, 1 + cut)
