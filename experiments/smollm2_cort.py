@@ -82,7 +82,7 @@ def write_heldout(path: str, n: int, seed: int) -> list[dict]:
 
 def overrides(out: str, quick: bool) -> dict:
   o = dict(QUICK if quick else OVERRIDES)
-  o["eval.path"] = os.path.join(out, "heldout.jsonl")
+  o["eval.path"] = os.path.relpath(os.path.join(out, "heldout.jsonl"))  # runs from the repo root
   return o
 
 
@@ -174,9 +174,10 @@ EXTRA = [("eval/length_clip_ratio", "length-clip ratio, greedy", 1, "{:.2f}"),
          ("eval/sampled/length_mean", "answer length (tokens), sampled", 1, "{:.0f}")]
 
 
-def summarize(out: str, quick: bool, runtime_s: float) -> dict:
+def summarize(out: str, quick: bool, runtime_s: float, seed: int = 0) -> dict:
   runs = finished(out)
   base = json.load(open(os.path.join(out, "baseline.json")))
+  n_held = 4 if quick else N_HELD
   seeds = sorted(set.intersection(*[set(v) for v in runs.values()])) if len(runs) == 2 else []
   rows, verdicts, final = [], [], {}
   for key, what, scale, fmt in [(k, w, 100, "{:.1f}") for k, w, _ in METRICS] + EXTRA:
@@ -194,15 +195,19 @@ def summarize(out: str, quick: bool, runtime_s: float) -> dict:
       verdicts.append({"claim": f"CoRT-GRPO beats GRPO ({what}; paper +{claim})",
                        "metric": key, "a": a, "b": b, "paired": cmp, "verdict": v})
   figures = _figures(out, runs, seeds, base)
-  res = {"study": STUDY, "quick": quick, "arms": dict(ARMS), "seeds_planned": list(SEEDS),
-         "seeds_paired": seeds, "overrides": overrides(out, quick), "design_sd_pp": DESIGN_SD,
-         "mde_pp_at_planned_n": stats.mde(DESIGN_SD, len(SEEDS)),
+  res = {"study": STUDY,
+         "config": {"seed": seed, "quick": quick, "arms": dict(ARMS),
+                    "seeds_planned": [seed + k for k in SEEDS],
+                    "steps": overrides(out, quick)["train.steps"],
+                    "heldout_prompts": n_held, "heldout_seed": HELD_SEED,
+                    "overrides": overrides(out, quick), "design_sd_pp": DESIGN_SD,
+                    "mde_pp_at_planned_n": stats.mde(DESIGN_SD, len(SEEDS))},
+         "seeds_paired": seeds,
          "baseline": base, "final": final,
          "per_seed": {arm: {s: r["final"] for s, r in v.items()} for arm, v in runs.items()},
          "train_s": {arm: {s: r["train_s"] for s, r in v.items()} for arm, v in runs.items()},
          "verdicts": verdicts, "figures": figures, "environment": common.environment(),
          "runtime_s": runtime_s}
-  n_held = 4 if quick else N_HELD
   table = (f"Held-out: {n_held} rubric prompts shared by every run, greedy and one sample "
            f"per prompt from a fixed key; % unless stated (mean ± std over paired seeds, "
            f"ddof = 1). Step 0 = the initial policy.\n\n"
@@ -294,7 +299,7 @@ def run(out: str, quick: bool = False, seed: int = 0, workers: int = 1, worker: 
       run_one(out, arm, s, quick, runs_root)
   if workers > 1:
     return {"runtime_s": timer()}
-  return summarize(out, quick, timer())
+  return summarize(out, quick, timer(), seed)
 
 
 def main(argv=None) -> None:

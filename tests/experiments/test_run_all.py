@@ -28,8 +28,11 @@ def test_run_all_quick_writes_every_study(tmp_path):
   assert json.load(open(tmp_path / "run_all_quick.json"))["quick"] is True
   # the training-curve figures redraw from results.json alone
   from experiments.redraw import redraw
-  for study, figs in redraw(str(tmp_path)).items():
-    assert figs and all(os.path.getsize(tmp_path / study / f) > 0 for f in figs), study
+  drawn = redraw(str(tmp_path))
+  # study 5b's quick version has one arm, alone in its sampler: no curve figure to draw
+  assert drawn["learning_curves"] and drawn["mismatch_training"], drawn
+  for study, figs in drawn.items():
+    assert all(os.path.getsize(tmp_path / study / f) > 0 for f in figs), study
 
 
 def test_closed_form_expectation_matches_library_losses():

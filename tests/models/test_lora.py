@@ -90,9 +90,11 @@ def test_b0_step_equals_full_model_step_by_the_chain_rule():
   sc_l = dataclasses.replace(sc, lora=True)
   new, m_lora = jit_train_step(lora_graphdef(), sgd, sc_l)(init_state(ad, sgd, obj), batch,
                                                            params)
-  np.testing.assert_allclose(m_lora["loss"], m_full["loss"], rtol=1e-6)
+  # float32 means over the batch's tokens, summed in another order by the adapter path's
+  # fusions: a few ulps of each term, ≈ 1e-6 relative on some CPUs
+  np.testing.assert_allclose(m_lora["loss"], m_full["loss"], rtol=1e-5)
   for k in ("transform/cort/weight_mean", "cort/delta_abs_mean", "actor/entropy"):
-    np.testing.assert_allclose(m_lora[k], m_full[k], rtol=1e-6)
+    np.testing.assert_allclose(m_lora[k], m_full[k], rtol=1e-5)
   for n in LORA.names:
     g = np.asarray(grad_full["layers"][n]).reshape(CFG.num_layers, ad[n]["a"].shape[1], -1)
     a = np.asarray(ad[n]["a"])
