@@ -1,6 +1,6 @@
-"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c, 7): every paper claim
-they test, as a paired comparison by seed with its CI, p, minimum detectable effect (MDE)
-and verdict (`experiments/stats.py`), plus the seeds a design would need to detect the
+"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c, 7): every
+paper claim they test, as a paired comparison by seed with its CI, p, minimum detectable
+effect (MDE) and verdict (`experiments/stats.py`), plus the seeds a design would need to detect the
 paper's effect at the observed spread.
 
     python -m experiments.verdicts [--out DIR]

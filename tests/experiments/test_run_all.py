@@ -69,7 +69,8 @@ def test_mismatch_signal_unit_is_the_expected_greedy_token_gradient():
   p = np.exp(np.asarray(logp, np.float64))
   for t in range(3):
     r = (np.arange(30) == np.argmax(p[t])).astype(np.float64)
-    want = sum(p[t, y] * r[y] * (np.eye(30)[y] - p[t]) for y in range(30))  # ∇ log p(y) = e_y − p
+    # ∇_logits log p(y) = e_y − p
+    want = sum(p[t, y] * r[y] * (np.eye(30)[y] - p[t]) for y in range(30))
     np.testing.assert_allclose(np.asarray(signal_logits(logp))[t], want, atol=1e-6)
 
 
