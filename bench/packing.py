@@ -86,9 +86,7 @@ def packed_batch(batch: dict, key, g: int, t_, fused: bool, tokens_per_row: int,
   rows = batch["mask_BxN"].shape[0]
   presorted = not fused and t_.inner_epochs == 1
   if presorted:
-    tokens = sum(batch[m].reshape(rows, -1).sum(1) for m in (
-        "attn_mask_BxL", "minus_attn_mask_BxM", "crit_attn_mask_BxCxL") if m in batch) \
-        if balance else None
+    tokens = packing.row_tokens(batch) if balance else None
     order = minibatch_order(key, rows, g, t_.num_minibatches, row_tokens=tokens,
                             units=t_.num_minibatches * t_.grad_accum)
     batch = {k: v[order] for k, v in batch.items()}

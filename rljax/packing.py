@@ -223,6 +223,13 @@ ROWS = {"plus": ("tokens_BxL", "attn_mask_BxL"),
         "crit": ("crit_tokens_BxCxL", "crit_attn_mask_BxCxL")}
 
 
+def row_tokens(batch: dict) -> np.ndarray:
+  """[B] real tokens a row costs the update's forwards: its x⁺ + response row and its replay
+  rows (x⁻ + response, or the per-criterion rows) where the batch has them."""
+  masks = [np.asarray(batch[m]) for _, m in ROWS.values() if batch.get(m) is not None]
+  return sum(m.reshape(len(m), -1).sum(-1) for m in masks)
+
+
 def longest_row(batch: dict, multiple: int = 128) -> int:
   """The default packed row length: the batch's longest padded token row, rounded up to a
   multiple of `multiple` (TPU lanes; any row count then divides into the batch's rows)."""

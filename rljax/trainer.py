@@ -38,7 +38,7 @@ from rljax.loop import (CollapseGuard, Collector, Evaluator, Keys, Preemption, P
                         needs_ref_params, print_baseline, rollout_metrics,
                         token_weight_heatmap, update_metrics)
 from rljax.loop import pipeline as pipe
-from rljax.loop.batch import permute_rows, row_tokens
+from rljax.loop.batch import permute_rows
 from rljax.loop.metrics import minibatch_token_metrics, pack_metrics
 from rljax.loop.placement import describe, make_placement, sampler_model, to_sampler
 from rljax.metrics_log import CompileClock, MetricsWriter
@@ -191,15 +191,15 @@ class Trainer:
     pack = {}
     t = self.cfg.train
     if self._presorted:
-      order = minibatch_order(
-          self.keys.update(step), batch.mask_BxN.shape[0], self.objective.group_size,
-          t.num_minibatches, row_tokens=row_tokens(batch) if t.balance_tokens else None,
-          units=t.num_minibatches * t.grad_accum)
+      tokens = packing.row_tokens(batch.arrays())
+      units = t.num_minibatches * t.grad_accum
+      order = minibatch_order(self.keys.update(step), batch.mask_BxN.shape[0],
+                              self.objective.group_size, t.num_minibatches,
+                              row_tokens=tokens if t.balance_tokens else None, units=units)
       batch = permute_rows(batch, order)
       if t.pack:
         batch = self._plan(batch)
-      pack = {**pack_metrics(batch), **minibatch_token_metrics(
-          row_tokens(batch), t.num_minibatches * t.grad_accum)}
+      pack = {**pack_metrics(batch), **minibatch_token_metrics(tokens[order], units)}
     layout = layout_of(batch)
     sh = layout.shardings(self.mesh)
     if layout not in self._updates:

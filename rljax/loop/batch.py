@@ -105,17 +105,6 @@ def permute_rows(batch: TrainBatch, order) -> TrainBatch:
                            if v is not None and k not in ("packed", "pack_tokens_per_row")})
 
 
-def row_tokens(batch: TrainBatch) -> np.ndarray:
-  """[B] real tokens a row costs the update's forwards: its x⁺ + response row, and its replay
-  rows (x⁻ + response, or the per-criterion rows) when the batch has them."""
-  out = np.asarray(batch.attn_mask_BxL).sum(-1)
-  for m in (batch.minus_attn_mask_BxM, batch.crit_attn_mask_BxCxL):
-    if m is not None:
-      m = np.asarray(m)
-      out = out + m.reshape(len(m), -1).sum(-1)
-  return out
-
-
 def layout_of(batch: TrainBatch) -> BatchLayout:
   """The layout of an assembled batch."""
   b, n = batch.mask_BxN.shape
