@@ -90,8 +90,8 @@ def packed_batch(batch: dict, key, g: int, t_, fused: bool, tokens_per_row: int,
     order = minibatch_order(key, rows, g, t_.num_minibatches, row_tokens=tokens,
                             units=t_.num_minibatches * t_.grad_accum)
     batch = {k: v[order] for k, v in batch.items()}
-  t = tokens_per_row or packing.longest_row(batch)
   unit = packing.unit_rows(rows, g, fused, t_.grad_accum, t_.num_minibatches, presorted)
+  t = tokens_per_row or packing.row_length(batch, unit)
   return packing.add_plans(batch, unit, t, bucket=True), unit, t
 
 

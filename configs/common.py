@@ -113,7 +113,8 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # correction, and at μ > 1 the π_old forward is skipped).
   # pack: the update's forwards run on packed rows of tokens_per_row tokens (rljax/packing.py:
   # sequences first-fit into rows, attention within a sequence; the losses and metrics are
-  # the padded batch's); tokens_per_row 0 = the batch's padded row length rounded up to 128.
+  # the padded batch's); tokens_per_row 0 = the batch's padded row length L, or L rounded up
+  # to 128 where that packs into fewer slots (packing.row_length).
   # balance_tokens: at one epoch of num_minibatches > 1, groups are dealt into mini-batches
   # (and grad_accum micro-batches) of about the same real tokens, not at random
   # (rljax.update.balanced_groups); with pack, the fullest mini-batch sets the packed rows.

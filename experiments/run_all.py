@@ -11,14 +11,14 @@ import json
 import os
 import tempfile
 
-from experiments import (common, cort_delta, cort_delta_eos, learning_curves, long_credit,
-                         mismatch_bias, mismatch_seq, mismatch_training, sc_damaging,
-                         score_centering_toy, smollm2_cort, verdicts)
+from experiments import (async_staleness, common, cort_delta, cort_delta_eos, learning_curves,
+                         long_credit, mismatch_bias, mismatch_seq, mismatch_training,
+                         sc_damaging, score_centering_toy, smollm2_cort, verdicts)
 
 # verdicts last: it judges the committed results of the training studies (it reruns nothing)
 STUDIES = {m.STUDY: m for m in (score_centering_toy, cort_delta, cort_delta_eos, mismatch_bias,
                                 learning_curves, long_credit, mismatch_training, mismatch_seq,
-                                sc_damaging, smollm2_cort, verdicts)}
+                                sc_damaging, async_staleness, smollm2_cort, verdicts)}
 
 
 def expected_outputs(out_root: str, study: str) -> list[str]:

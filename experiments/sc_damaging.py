@@ -135,25 +135,9 @@ def run(out_dir: str, quick: bool = False, seed: int = 0, workers: int = 1,
 def summarize(out_dir, runs, arms, seeds, n_held, sft_info, drifts, chosen, quick, seed, timer):
   finals = toy_grid.final_evals(runs, EVAL_KEYS)
   curve = toy_grid.curves(runs)
-  last10 = lambda arm, k: {s: float(np.mean([h[k] for h in r["history"][-10:]]))
-                           for s, r in runs[arm].items()}
-  train_end = {arm: {k: toy_grid.mean_std(list(last10(arm, k).values()))
+  train_end = {arm: {k: toy_grid.mean_std(list(toy_grid.last10(runs, arm, k).values()))
                      for k in ("reward/csr", "reward/aon", "mismatch/kl_q_p")} for arm in runs}
-  rows = []
-  for claim, a, b, effect, sized in CLAIMS:
-    if a not in runs or b not in runs:
-      continue
-    common_seeds = [s for s in runs[a] if s in runs[b]]
-    for metric in ("train CSR (last 10)", "held-out CSR"):
-      val = ((lambda arm: [last10(arm, "reward/csr")[s] * 100 for s in common_seeds])
-             if metric.startswith("train") else
-             (lambda arm: [runs[arm][s]["evals"][-1]["sampled/csr"] * 100
-                           for s in common_seeds]))
-      cmp = stats.paired(val(a), val(b))
-      v = stats.verdict(cmp, effect, sized=sized)
-      v["claim_pp"] = v.pop("claim")
-      rows.append({**cmp, **v, "claim": claim, "base": a, "variant": b, "metric": metric,
-                   "seeds": common_seeds})
+  rows = toy_grid.claim_rows(runs, CLAIMS)
   figures = ["curves.png", "heldout_curves.png"]
   n = len(next(iter(runs.values())))
   toy_grid.plot_curves(os.path.join(out_dir, figures[0]), curve, list(runs), PANELS,

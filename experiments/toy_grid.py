@@ -119,6 +119,34 @@ def paired_table(pairs, what: str = "held-out sampled CSR") -> str:
   return out + common.md_table(["variant", "base", "Δ CSR (pp)", "wins / losses"], rows)
 
 
+def last10(runs: dict, arm: str, key: str) -> dict:
+  """{seed: mean of `key` over the run's last 10 rollout batches}."""
+  return {s: float(np.mean([h[key] for h in r["history"][-10:]])) for s, r in runs[arm].items()}
+
+
+def claim_rows(runs: dict, claims) -> list[dict]:
+  """The verdict rows (experiments/stats.py) of `claims` — (text, base arm, variant arm,
+  claimed effect of variant − base in pp, sized) — on train CSR (the last 10 batches) and
+  held-out sampled CSR (the last evaluation), paired by seed; claims on an arm that has no
+  finished run are left out."""
+  from experiments import stats
+  rows = []
+  for claim, a, b, effect, sized in claims:
+    if a not in runs or b not in runs:
+      continue
+    seeds = [s for s in runs[a] if s in runs[b]]
+    for metric in ("train CSR (last 10)", "held-out CSR"):
+      val = ((lambda arm: [last10(runs, arm, "reward/csr")[s] * 100 for s in seeds])
+             if metric.startswith("train") else
+             (lambda arm: [runs[arm][s]["evals"][-1]["sampled/csr"] * 100 for s in seeds]))
+      cmp = stats.paired(val(a), val(b))
+      v = stats.verdict(cmp, effect, sized=sized)
+      v["claim_pp"] = v.pop("claim")
+      rows.append({**cmp, **v, "claim": claim, "base": a, "variant": b, "metric": metric,
+                   "seeds": seeds})
+  return rows
+
+
 def mean_std(values) -> dict:
   v = np.asarray(values, np.float64)
   return {"values": v.tolist(), "mean": float(v.mean()),

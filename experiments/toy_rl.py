@@ -26,6 +26,7 @@ from flax import nnx
 from experiments import rubric_toy as toy
 from rljax.loop import Keys, Prompts, Rollouts, assemble, collect, needs_ref_params
 from rljax.loop import update_metrics
+from rljax.loop.pipeline import RolloutPipeline
 from rljax.models import ModelConfig, create_model
 from rljax.objectives import build_objective, needs_replay
 from rljax.rollout import SamplerConfig, SamplerSync, generate
@@ -154,6 +155,8 @@ class RunSpec:
   replay_policy: str = "old"                # CoRT replay scored by π_old | the initial params
   copy: str = "none"                        # sampler rollout copy (rljax.rollout.RolloutCopy)
   sync_every: int = 1                       # staleness: sampler re-synced every N steps
+  async_lag: int = 0                        # > 0: the asynchronous loop (RolloutPipeline,
+                                            # threaded): batch t from version max(0, t - k)
   record_topk: int = 0                      # sampler head recorded (SC: the full vocabulary)
   max_len: int = toy.MAX_LEN                # content tokens an answer may have (+ eos, spare)
   credit_labels: bool = False               # ground-truth credit labels in the batch
@@ -251,17 +254,35 @@ def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
   reward = lambda roll: dataclasses.replace(roll, rewards=roll.info[spec.reward], info=dict(
       roll.info, accuracy=roll.info[spec.reward]))
   history, evals = [], []
+
+  def draw(batch: int, sampler) -> Rollouts:  # rollout batch `batch` with its own keys
+    one = lambda key: reward(_rollout(sampler, toy.prompts(rng, spec.prompts_per_step,
+                                                           heldout=False), key, scfg,
+                                      per_criterion, spec.credit_labels))
+    return collect(one, keys.rollout(batch), group_size=g,
+                   dynamic_sampling=spec.dynamic_sampling, max_resample=spec.max_resample,
+                   resample_key=lambda attempt: keys.resample(batch, attempt))
+
+  pipeline = None
+  if spec.async_lag:
+    if spec.sync_every != 1:
+      raise ValueError(f"async_lag={spec.async_lag} with sync_every={spec.sync_every}: the "
+                       "asynchronous loop launches every batch with the newest version")
+    # the learner donates its state to the update, so the sampler thread holds a copy
+    fresh = lambda step: (sync.params(step, nnx.merge(graphdef, jax.tree.map(
+        jnp.copy, state.params)), private=True), step)
+    pipeline = RolloutPipeline(draw, fresh, lag=spec.async_lag, overlap=True, stop=spec.steps)
+    pipeline.start(0)
   for step in range(spec.steps):
     if step % spec.eval_every == 0:
       evals.append({"step": step, **evaluate(graphdef, state.params, heldout, eval_key,
                                              slots=slots)})
-    sampler = sync.params(step, nnx.merge(graphdef, state.params))
-    draw = lambda key: reward(_rollout(sampler, toy.prompts(rng, spec.prompts_per_step,
-                                                            heldout=False), key, scfg,
-                                       per_criterion, spec.credit_labels))
-    roll = collect(draw, keys.rollout(step), group_size=g,
-                   dynamic_sampling=spec.dynamic_sampling, max_resample=spec.max_resample,
-                   resample_key=lambda attempt: keys.resample(step, attempt))
+    if pipeline is not None:
+      drawn, _ = pipeline.get(step)
+      roll, lag = drawn.roll, step - drawn.version
+    else:
+      roll = draw(step, sync.params(step, nnx.merge(graphdef, state.params)))
+      lag = sync.lag(step)
     batch = assemble(roll, obj, replay=replay, per_criterion=per_criterion,
                      head=spec.record_topk != 0)
     if spec.credit_labels:
@@ -273,11 +294,13 @@ def train(spec: RunSpec, graphdef, init_params, heldout, log=None) -> dict:
               "reward/aon": float(roll.info["aon"].mean()),
               "response/length_clip_ratio": float(np.mean(np.asarray(roll.r.truncated_B))),
               "response/length_mean": float(np.asarray(roll.r.mask_BxN).sum(1).mean()),
-              "rollout/lag": sync.lag(step), "rollout/kept_groups": keep,
+              "rollout/lag": lag, "rollout/kept_groups": keep,
               "rollout/resample_tries": roll.resample_tries})
     history.append(m)
     if log:
       log(m)
+  if pipeline is not None:
+    pipeline.close()
   evals.append({"step": spec.steps, **evaluate(graphdef, state.params, heldout, eval_key,
                                                slots=slots)})
   return {"history": history, "evals": evals, "runtime_s": round(time.time() - t_start, 1)}

@@ -1,4 +1,4 @@
-"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c, 7): every
+"""The verdict rule applied to the committed training studies (4, 4b, 5, 5b, 5c, 5d, 7): every
 paper claim they test, as a paired comparison by seed with its CI, p, minimum detectable
 effect (MDE) and verdict (`experiments/stats.py`), plus the seeds a design would need to detect the
 paper's effect at the observed spread.
@@ -6,7 +6,7 @@ paper's effect at the observed spread.
     python -m experiments.verdicts [--out DIR]
 
 Reads `experiments/results/{learning_curves,long_credit,mismatch_training,mismatch_seq,
-sc_damaging,smollm2_cort}/results.json`
+sc_damaging,async_staleness,smollm2_cort}/results.json`
 (the committed runs; nothing is rerun, so --quick changes nothing) and writes
 `results/verdicts/`: results.json, table.md, forest.png. Effects are in percentage points.
 A claim whose paper states a size is judged against it; a claim of direction only can
@@ -94,6 +94,21 @@ CLAIMS = [
      1.0, False, ""),
     ("5c", "TIS + SC beats SC (noise0.3)", "SC", "TIS+SC", "final", "sampled/csr", 1.0, False,
      ""),
+    # study 5d: the asynchronous loop, every batch k versions behind (6 seeds, chosen before)
+    *[c for k in (4, 16) for c in (
+        ("5d", f"staleness hurts naive PG (lag {k})", "on-policy PG", f"lag {k} / PG", "final",
+         "sampled/csr", -1.0, False, "RolloutPipeline(lag=k), threaded"),
+        ("5d", f"SC trains better than naive PG (lag {k})", f"lag {k} / PG", f"lag {k} / SC",
+         "final", "sampled/csr", 1.0, False, ""),
+        ("5d", f"TIS + SC beats SC (lag {k}; train accuracy)", f"lag {k} / SC",
+         f"lag {k} / TIS+SC", "train_last10", "reward/csr", 1.0, False,
+         "the paper: a sampler synced every 64 steps"),
+        ("5d", f"TIS + SC beats SC (lag {k}; held-out)", f"lag {k} / SC", f"lag {k} / TIS+SC",
+         "final", "sampled/csr", 1.0, False, ""),
+        ("5d", f"MIS + SC beats SC (lag {k}; train accuracy)", f"lag {k} / SC",
+         f"lag {k} / MIS+SC", "train_last10", "reward/csr", 1.0, False, ""),
+        ("5d", f"MIS + SC beats SC (lag {k}; held-out)", f"lag {k} / SC", f"lag {k} / MIS+SC",
+         "final", "sampled/csr", 1.0, False, ""))],
     # study 7: SmolLM2-135M-Instruct, the real trainer, 128 shared held-out prompts
     ("7", "CoRT-GRPO beats GRPO (IFEval-P +1.77, greedy)", "GRPO", "CoRT-GRPO", "final",
      "prompt_level_strict", 1.77, True, "SmolLM2-135M, 8 steps"),
@@ -105,7 +120,8 @@ CLAIMS = [
      "sampled/instruction_level_strict", 1.27, True, ""),
 ]
 SOURCES = {"4": "learning_curves", "5": "mismatch_training", "5b": "mismatch_seq",
-           "4b": "long_credit", "5c": "sc_damaging", "7": "smollm2_cort"}
+           "4b": "long_credit", "5c": "sc_damaging", "5d": "async_staleness",
+           "7": "smollm2_cort"}
 
 
 def _values(res: dict, table: str, arm: str, metric: str):
@@ -121,11 +137,11 @@ def analyse(results_root: str = common.RESULTS) -> tuple[list[dict], list[dict]]
   rows, pending = [], []
   for study, text, arm_a, arm_b, table, metric, claim, sized, note in CLAIMS:
     res = loaded.get(study)
-    if res is None or len((res.get(table) or {}).get(arm_a, {}).get(metric, {})
-                          .get("values", [])) < 2:
+    n_seeds = lambda arm: 0 if res is None else len(
+        (res.get(table) or {}).get(arm, {}).get(metric, {}).get("values", []))
+    if min(n_seeds(arm_a), n_seeds(arm_b)) < 2:  # a sweep still running: not judged yet
       pending.append({"study": study, "claim": text, "source": SOURCES[study],
-                      "seeds_committed": 0 if res is None else len(
-                          res[table][arm_a][metric]["values"])})
+                      "seeds_committed": min(n_seeds(arm_a), n_seeds(arm_b))})
       continue
     a, seeds_a = _values(res, table, arm_a, metric)
     b, seeds_b = _values(res, table, arm_b, metric)

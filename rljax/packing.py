@@ -230,11 +230,18 @@ def row_tokens(batch: dict) -> np.ndarray:
   return sum(m.reshape(len(m), -1).sum(-1) for m in masks)
 
 
-def longest_row(batch: dict, multiple: int = 128) -> int:
-  """The default packed row length: the batch's longest padded token row, rounded up to a
-  multiple of `multiple` (TPU lanes; any row count then divides into the batch's rows)."""
-  longest = max(np.shape(batch[t])[-1] for t, _ in ROWS.values() if t in batch)
-  return -(-longest // multiple) * multiple
+def row_length(batch: dict, group: int, multiple: int = 128) -> int:
+  """The default packed row length: the batch's longest padded token row L, or L rounded up
+  to a multiple of `multiple` (TPU lanes), whichever packs the batch into fewer slots (a tie
+  takes the rounded one). With L itself every sequence fits a row alone, so a packed update
+  never computes more positions than the padded one; the longer row can pair more
+  sequences. `group`: the rows one plan packs together (`unit_rows`)."""
+  exact = max(np.shape(batch[t])[-1] for t, _ in ROWS.values() if t in batch)
+  rounded = -(-exact // multiple) * multiple
+  if rounded == exact:
+    return exact
+  slots = lambda t: sum(packed_tokens(add_plans(batch, group, t, bucket=True)).values())
+  return rounded if slots(rounded) <= slots(exact) else exact
 
 
 def unit_rows(rows: int, group: int, fused: bool, grad_accum: int = 1,

@@ -172,8 +172,9 @@ class Trainer:
 
   def _plan(self, batch):
     arrays = batch.arrays()
-    t = self.cfg.train.tokens_per_row or packing.longest_row(arrays)
-    return batch._replace(packed=packing.plans(arrays, self._pack_unit(batch), t),
+    unit = self._pack_unit(batch)
+    t = self.cfg.train.tokens_per_row or packing.row_length(arrays, unit)
+    return batch._replace(packed=packing.plans(arrays, unit, t),
                           pack_tokens_per_row=t)
 
   def _pack_unit(self, batch) -> int:

@@ -277,3 +277,30 @@ def test_balanced_groups_deal_tokens_evenly():
                   fullest(minibatch_order(k, rows, g, 2), t, 2)])
   pairs = np.asarray(pairs)
   assert (pairs[:, 0] <= pairs[:, 1]).mean() > 0.9 and pairs[:, 0].mean() < pairs[:, 1].mean()
+
+
+def _rows_of(lengths, p=64, n=384):
+  """A left-padded prompt of 48 tokens and a response of each length, in rows of p + n."""
+  b = len(lengths)
+  pmask = np.zeros((b, p), np.int32)
+  pmask[:, p - 48:] = 1
+  rmask = (np.arange(n)[None] < np.asarray(lengths)[:, None]).astype(np.int32)
+  mask = np.concatenate([pmask, rmask], 1)
+  return {"tokens_BxL": np.ones_like(mask), "attn_mask_BxL": mask,
+          "mask_BxN": rmask.astype(np.float32)}
+
+
+def test_default_row_length_never_packs_into_more_slots_than_padding():
+  # rows of 448 = 64 + 384: sequences of 48 + 380 fit 512 no better than 448 (one per row),
+  # so rounding up to 512 would cost 512 / 448 = 1.14x the padded positions
+  full = _rows_of([380] * 8)
+  assert packing.row_length(full, 8) == 448
+  slots = sum(packing.packed_tokens(packing.add_plans(full, 8, 448, bucket=True)).values())
+  assert slots <= sum(packing.padded_tokens(full).values())
+  # sequences of 48 + 200 pair in a row of 512 but not of 448: the rounded row wins
+  pairs = _rows_of([200] * 8)
+  assert packing.row_length(pairs, 8) == 512
+  got = {t: sum(packing.packed_tokens(packing.add_plans(pairs, 8, t, bucket=True)).values())
+         for t in (448, 512)}
+  assert got[512] < got[448], got
+  assert packing.row_length(_rows_of([10] * 8, n=64), 8) == 128  # 128 already a multiple

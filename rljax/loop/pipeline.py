@@ -46,14 +46,17 @@ class RolloutPipeline:
   draw(batch, sampler) -> Rollouts draws batch `batch` (its prompts, keys) with `sampler`;
   sampler_for(step) -> (sampler, version) is the sampler to launch with at `step` (called
   once per step, in the caller's thread: weight sync and any transfer happen there).
+  `stop`: batches numbered `stop` or more are never launched (a run of `stop` steps does not
+  draw the `lag` batches past its end); None launches `lag` ahead to the last step.
   """
 
   def __init__(self, draw: Callable[[int, Any], Rollouts],
                sampler_for: Callable[[int], tuple[Any, int]], lag: int = 0,
-               overlap: bool = False):
+               overlap: bool = False, stop: int | None = None):
     if not (isinstance(lag, int) and lag >= 0):
       raise ValueError(f"lag={lag!r} must be an int >= 0")
     self.draw, self.sampler_for, self.lag, self.overlap = draw, sampler_for, lag, overlap
+    self.stop = stop
     self._queue: collections.deque = collections.deque()  # (Drawn, Future | None)
     self._next = 0                   # the next batch to launch
     self._pool = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sampler")
@@ -78,9 +81,12 @@ class RolloutPipeline:
     return d
 
   def get(self, step: int) -> tuple[Drawn, float]:
-    if self._next <= step + self.lag:
+    if self.stop is not None and step >= self.stop:
+      raise ValueError(f"step {step}: the pipeline stops at batch {self.stop}")
+    last = step + self.lag if self.stop is None else min(step + self.lag, self.stop - 1)
+    if self._next <= last:
       sampler, version = self.sampler_for(step)
-      while self._next <= step + self.lag:
+      while self._next <= last:
         d = Drawn(batch=self._next, version=int(version))
         fut = self._pool.submit(self._run, d, sampler) if self._pool else None
         if fut is None:

@@ -186,6 +186,22 @@ def test_pipeline_versions_and_resume():
     pipe.RolloutPipeline(draw, None, lag=1).start(3, p.in_flight())
 
 
+def test_pipeline_stop_draws_nothing_past_the_last_step():
+  for overlap in (False, True):
+    log = []
+    draw = lambda b, s: (log.append((b, s)), pipe.Rollouts(None, None, None, {}))[1]
+    p = pipe.RolloutPipeline(draw, lambda step: (f"v{step}", step), lag=2, overlap=overlap,
+                             stop=4)
+    p.start(0)
+    assert [p.get(t)[0].version for t in range(4)] == [0, 0, 0, 1]
+    p.drain()
+    assert sorted(log) == [(0, "v0"), (1, "v0"), (2, "v0"), (3, "v1")], log
+    assert p.in_flight() == []
+    with pytest.raises(ValueError, match="stops at batch 4"):
+      p.get(4)
+    p.close()
+
+
 def test_sampler_thread_error_reaches_the_learner():
   def draw(b, s):
     if b == 1:
