@@ -15,6 +15,7 @@ from __future__ import annotations
 
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -74,8 +75,10 @@ def class_stats(groups, key: str, n_boot: int, seed: int) -> dict:
   return out
 
 
-def collect(cfg: dict):
-  """Generates and scores; returns per-response records (numpy) and the tokenizer."""
+def collect(cfg: dict, cache: str | None = None):
+  """Generates and scores; returns per-response records (numpy) and the tokenizer. `cache`:
+  a folder where each generated and scored batch is kept (`batch_<s>.npz`, with the config
+  it was drawn under), so a stopped run resumes at the first batch not there."""
   from rljax.data import rubric
   from rljax.objectives import CortConfig, cort_weights
   from rljax.rewards import get_reward
@@ -96,17 +99,27 @@ def collect(cfg: dict):
   key = jax.random.key(cfg["seed"])
   toks, rmask, lp, lm = [], [], [], []
   tries = []
+  stamp = json.dumps(cfg, sort_keys=True, default=str)
   for s in range(0, n, b):
-    ids, mask = common.left_pad(pad_rows(plus[s:s + b]), pad, p_len)
-    r, used = generate_until_eos(model, ids, mask, jax.random.fold_in(key, s), scfg,
-                                 cfg.get("tries", 1))
-    tries.append(used)
-    mids, mmask = common.left_pad(pad_rows(minus[s:s + b]), pad, m_len)
-    lp.append(np.asarray(score_rollout(model, r, scfg)["logp_BxN"]))
-    lm.append(np.asarray(score_rollout(model, r._replace(
-        prompt_ids_BxP=jnp.asarray(mids), prompt_mask_BxP=jnp.asarray(mmask)), scfg)["logp_BxN"]))
-    toks.append(np.asarray(r.tokens_BxN))
-    rmask.append(np.asarray(r.mask_BxN))
+    path = cache and os.path.join(cache, f"batch_{s}.npz")
+    if path and os.path.exists(path) and str(np.load(path)["cfg"]) == stamp:
+      got = np.load(path)
+    else:
+      ids, mask = common.left_pad(pad_rows(plus[s:s + b]), pad, p_len)
+      r, used = generate_until_eos(model, ids, mask, jax.random.fold_in(key, s), scfg,
+                                   cfg.get("tries", 1))
+      mids, mmask = common.left_pad(pad_rows(minus[s:s + b]), pad, m_len)
+      got = {"tries": np.asarray(used), "lp": np.asarray(score_rollout(model, r, scfg)["logp_BxN"]),
+             "lm": np.asarray(score_rollout(model, r._replace(
+                 prompt_ids_BxP=jnp.asarray(mids), prompt_mask_BxP=jnp.asarray(mmask)),
+                 scfg)["logp_BxN"]),
+             "toks": np.asarray(r.tokens_BxN), "rmask": np.asarray(r.mask_BxN)}
+      if path:
+        os.makedirs(cache, exist_ok=True)
+        np.savez(path + ".tmp.npz", cfg=stamp, **got)
+        os.replace(path + ".tmp.npz", path)
+    for acc, k in ((tries, "tries"), (lp, "lp"), (lm, "lm"), (toks, "toks"), (rmask, "rmask")):
+      acc.append(got[k])
     print(f"[cort_delta] generated and scored {min(s + b, n)}/{n}", flush=True)
   cat = lambda xs: np.concatenate(xs)[:n]
   toks, rmask, lp, lm, tries = cat(toks), cat(rmask), cat(lp), cat(lm), cat(tries)
@@ -369,7 +382,7 @@ def run(out: str, quick: bool = False, seed: int = 0, study: str = STUDY, **over
          "temperature": 0.7, "top_k": 0, "top_p": 1.0, "batch": 6 if quick else 20,
          "eta": 0.5, "tau": 1.0, "lambda": 1.0, "seed": seed, "n_boot": 50 if quick else 1000,
          "tries": 1, **over}
-  recs, tok = collect(cfg)
+  recs, tok = collect(cfg, cache=os.path.join(out, "runs"))
   t_collect = timer()
   groups = [{"delta": r["delta"], "abs_delta": np.abs(r["delta"]), "w_raw": r["w_raw"],
              "label": r["label"]} for r in recs]
