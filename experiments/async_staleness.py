@@ -67,17 +67,9 @@ def run(out_dir: str, quick: bool = False, seed: int = 0, workers: int = 1,
                                               steps=4, eval_every=100, prompts_per_step=4)}
     seeds, n_held = [seed], 32
   held = toy_grid.heldout(n_held)
-  jobs = [(s, a) for s in seeds for a in arms]  # seed-major: a stopped sweep stays paired
-  for i, (s, a) in enumerate(jobs):
-    if i % workers == worker:
-      toy_grid.run_grid(out_dir, {a: arms[a]}, [s], graphdef, params, held)
-  if workers > 1:
+  runs = toy_grid.sweep(out_dir, arms, seeds, graphdef, params, held, workers, worker)
+  if runs is None:  # a worker runs its share only; the summary reads every finished run
     return {"runtime_s": timer()}
-  os.environ["TOY_GRID_CACHED_ONLY"] = "1"
-  try:
-    runs = toy_grid.run_grid(out_dir, arms, seeds, graphdef, params, held, verbose=False)
-  finally:
-    os.environ.pop("TOY_GRID_CACHED_ONLY")
   return summarize(out_dir, runs, arms, seeds, n_held, sft_info, quick, seed, timer)
 
 

@@ -65,6 +65,24 @@ def run_grid(out_dir: str, arms: dict, seeds, graphdef, params, held, verbose=Tr
   return {arm: v for arm, v in out.items() if v}
 
 
+def sweep(out_dir: str, arms: dict, seeds, graphdef, params, held, workers: int = 1,
+          worker: int = 0) -> dict | None:
+  """Runs this worker's share (I of K) of the (seed, arm) runs, seed-major so that a stopped
+  sweep stays paired. Returns None for a worker of several (K > 1), else every finished run
+  of the grid, read back from out_dir/runs/ (run_grid)."""
+  jobs = [(s, a) for s in seeds for a in arms]
+  for i, (s, a) in enumerate(jobs):
+    if i % workers == worker:
+      run_grid(out_dir, {a: arms[a]}, [s], graphdef, params, held)
+  if workers > 1:
+    return None
+  os.environ["TOY_GRID_CACHED_ONLY"] = "1"
+  try:
+    return run_grid(out_dir, arms, seeds, graphdef, params, held, verbose=False)
+  finally:
+    os.environ.pop("TOY_GRID_CACHED_ONLY")
+
+
 def run_arms(out_dir: str, arms: dict, seeds, n_held: int, quick: bool):
   """A study's runs: the warm start, `n_held` held-out prompts, every arm × seed (run_grid).
   Returns (runs, the warm start's info)."""
