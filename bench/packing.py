@@ -91,8 +91,8 @@ def packed_batch(batch: dict, key, g: int, t_, fused: bool, tokens_per_row: int,
                             units=t_.num_minibatches * t_.grad_accum)
     batch = {k: v[order] for k, v in batch.items()}
   unit = packing.unit_rows(rows, g, fused, t_.grad_accum, t_.num_minibatches, presorted)
-  t = tokens_per_row or packing.row_length(batch, unit)
-  return packing.add_plans(batch, unit, t, bucket=True), unit, t
+  t, plans = packing.planned(batch, unit, tokens_per_row)
+  return {**batch, **plans}, unit, t
 
 
 def plan_slots(a, batch: dict, keys: int = 64) -> dict:

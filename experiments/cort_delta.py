@@ -102,9 +102,8 @@ def collect(cfg: dict, cache: str | None = None):
   stamp = json.dumps(cfg, sort_keys=True, default=str)
   for s in range(0, n, b):
     path = cache and os.path.join(cache, f"batch_{s}.npz")
-    if path and os.path.exists(path) and str(np.load(path)["cfg"]) == stamp:
-      got = np.load(path)
-    else:
+    got = np.load(path) if path and os.path.exists(path) else None
+    if got is None or str(got["cfg"]) != stamp:
       ids, mask = common.left_pad(pad_rows(plus[s:s + b]), pad, p_len)
       r, used = generate_until_eos(model, ids, mask, jax.random.fold_in(key, s), scfg,
                                    cfg.get("tries", 1))

@@ -153,10 +153,12 @@ def claim_rows(runs: dict, claims) -> list[dict]:
     if a not in runs or b not in runs:
       continue
     seeds = [s for s in runs[a] if s in runs[b]]
+    train = {arm: last10(runs, arm, "reward/csr") for arm in (a, b)}
     for metric in ("train CSR (last 10)", "held-out CSR"):
-      val = ((lambda arm: [last10(runs, arm, "reward/csr")[s] * 100 for s in seeds])
-             if metric.startswith("train") else
-             (lambda arm: [runs[arm][s]["evals"][-1]["sampled/csr"] * 100 for s in seeds]))
+      if metric.startswith("train"):
+        val = lambda arm: [train[arm][s] * 100 for s in seeds]
+      else:
+        val = lambda arm: [runs[arm][s]["evals"][-1]["sampled/csr"] * 100 for s in seeds]
       cmp = stats.paired(val(a), val(b))
       v = stats.verdict(cmp, effect, sized=sized)
       v["claim_pp"] = v.pop("claim")

@@ -230,18 +230,27 @@ def row_tokens(batch: dict) -> np.ndarray:
   return sum(m.reshape(len(m), -1).sum(-1) for m in masks)
 
 
-def row_length(batch: dict, group: int, multiple: int = 128) -> int:
-  """The default packed row length: the batch's longest padded token row L, or L rounded up
-  to a multiple of `multiple` (TPU lanes), whichever packs the batch into fewer slots (a tie
-  takes the rounded one). With L itself every sequence fits a row alone, so a packed update
-  never computes more positions than the padded one; the longer row can pair more
-  sequences. `group`: the rows one plan packs together (`unit_rows`)."""
+def planned(batch: dict, group: int, tokens_per_row: int = 0,
+            multiple: int = 128) -> tuple[int, dict]:
+  """(row length, its `plans`) for the batch. `tokens_per_row` 0: the batch's longest padded
+  token row L, or L rounded up to a multiple of `multiple` (TPU lanes), whichever packs the
+  batch into fewer slots (a tie takes the rounded one). With L itself every sequence fits a
+  row alone, so a packed update never computes more positions than the padded one; the
+  longer row can pair more sequences. `group`: the rows one plan packs together
+  (`unit_rows`)."""
+  if tokens_per_row:
+    return tokens_per_row, plans(batch, group, tokens_per_row)
   exact = max(np.shape(batch[t])[-1] for t, _ in ROWS.values() if t in batch)
   rounded = -(-exact // multiple) * multiple
-  if rounded == exact:
-    return exact
-  slots = lambda t: sum(packed_tokens(add_plans(batch, group, t, bucket=True)).values())
-  return rounded if slots(rounded) <= slots(exact) else exact
+  options = [(t, plans(batch, group, t)) for t in dict.fromkeys((rounded, exact))]
+  slots = lambda p: sum(int(np.prod(np.shape(p[f"pack_{n}_seg"]))) for n in ROWS
+                        if f"pack_{n}_seg" in p)
+  return min(options, key=lambda o: slots(o[1]))  # min keeps the first (rounded) on a tie
+
+
+def row_length(batch: dict, group: int, multiple: int = 128) -> int:
+  """The default packed row length of `planned`."""
+  return planned(batch, group, multiple=multiple)[0]
 
 
 def unit_rows(rows: int, group: int, fused: bool, grad_accum: int = 1,

@@ -172,10 +172,8 @@ class Trainer:
 
   def _plan(self, batch):
     arrays = batch.arrays()
-    unit = self._pack_unit(batch)
-    t = self.cfg.train.tokens_per_row or packing.row_length(arrays, unit)
-    return batch._replace(packed=packing.plans(arrays, unit, t),
-                          pack_tokens_per_row=t)
+    t, plans = packing.planned(arrays, self._pack_unit(batch), self.cfg.train.tokens_per_row)
+    return batch._replace(packed=plans, pack_tokens_per_row=t)
 
   def _pack_unit(self, batch) -> int:
     t = self.cfg.train
