@@ -50,6 +50,9 @@ PAIRS = [("GRPO", "CoRT-GRPO"), ("DAPO", "CoRT-DAPO"), ("GSPO", "CoRT-GSPO"),
          ("CoRT-GRPO", "CoRT w/o both"), ("GRPO", "REAL")]
 EVAL_KEYS = [f"{m}/{k}" for m in ("sampled", "greedy")
              for k in ("csr", "aon", "instruction_acc")]
+FINAL_KEYS = [("sampled/csr", "held-out CSR, sampled (%)"),
+              ("sampled/aon", "held-out AON, sampled (%)"),
+              ("greedy/csr", "held-out CSR, greedy (%)")]
 FIG3 = [("actor/grad_norm", "actor grad norm (global L2)"),
         ("loss/ppo/clip_frac", "PPO clip ratio (fraction of tokens)"),
         ("response/length_clip_ratio", "length clip ratio (fraction of responses)"),
@@ -95,6 +98,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                        ("sampled/aon", "held-out AON = prompt acc., sampled (%)"),
                        ("greedy/csr", "held-out CSR, greedy (%)")],
                       f"Held-out metrics ({n_held} prompts), mean ± std over {len(seeds)} seeds")
+  figures.append(toy_grid.final_figure(out_dir, finals, names, len(seeds), n_held, FINAL_KEYS))
   panels = toy_grid.curve_summary(curve, [k for k, _ in FIG3])
   table = _table(finals, aucs, pairs, init_eval, seeds, n_held) + _panel_table(panels)
   with open(os.path.join(out_dir, "table.md"), "w") as f:

@@ -91,6 +91,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                       f"Held-out CSR of the trainer ({n_held} prompts), mean ± std over "
                       f"{len(seeds)} seeds", groups=groups)
   figures.append(fig)
+  figures.append(toy_grid.final_figure(out_dir, finals, list(runs), len(seeds), n_held))
   figures += curve_figures(out_dir, curve, list(runs), len(seeds))
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(_table(finals, train_end, rejected, pairs, seeds, n_held))

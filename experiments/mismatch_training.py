@@ -93,6 +93,7 @@ def run(out_dir: str, quick: bool = False, seed: int = 0) -> dict:
                       f"Held-out CSR of the trainer ({n_held} prompts), mean ± std over "
                       f"{len(seeds)} seeds", groups=groups)
   figures.append(fig)
+  figures.append(toy_grid.final_figure(out_dir, finals, list(runs), len(seeds), n_held))
   with open(os.path.join(out_dir, "table.md"), "w") as f:
     f.write(_table(finals, train_end, pairs, seeds, n_held))
   res = {"study": STUDY, "config": {"seed": seed, "seeds": seeds, "quick": quick,

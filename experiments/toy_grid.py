@@ -258,3 +258,40 @@ def plot_evals(path: str, runs: dict, arms, keys, title: str, order=None, groups
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
+
+
+def plot_finals(path: str, finals: dict, arms, keys, title: str, order=None):
+  """The final held-out evaluation, one panel per (key, label), one row per arm: each seed
+  a dot, the seed mean ± one std (ddof = 1) as a bar. `finals` is `final_evals`' output
+  ({arm: {key: {"values": [...]}}}), so a committed `results.json` redraws it."""
+  plt = common.pyplot()
+  arms = [a for a in arms if a in finals]
+  size = (max(8.0, 4.6 * len(keys) + 1.8), 0.42 * len(arms) + 1.4)
+  fig, axes = plt.subplots(1, len(keys), figsize=size, squeeze=False, sharey=True)
+  y = np.arange(len(arms))[::-1]
+  for ax, (key, label) in zip(axes.flat, keys):
+    for yi, arm in zip(y, arms):
+      v = 100 * np.asarray(finals[arm][key]["values"], np.float64)
+      c = _color(arm, order or arms)
+      ax.plot(v, np.full(len(v), yi), "o", ms=4.5, color=c, alpha=0.6, mec="none")
+      ax.errorbar(v.mean(), yi, xerr=seed_std(v[:, None])[0], fmt="D", ms=5, color=c,
+                  capsize=3, lw=1.4)
+    ax.set_yticks(y, arms)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(label)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+HELDOUT_CSR = [("sampled/csr", "held-out CSR, sampled (%)")]
+
+
+def final_figure(out_dir: str, finals: dict, names: list, n_seeds: int, n_held: int,
+                 keys=HELDOUT_CSR) -> str:
+  """heldout_final.png: each seed's final held-out scores (`results.json`'s `final`)."""
+  plot_finals(os.path.join(out_dir, "heldout_final.png"), finals, names, keys,
+              f"Final held-out evaluation ({n_held} prompts): each seed (dots), mean ± std "
+              f"over {n_seeds} seeds", order=names)
+  return "heldout_final.png"

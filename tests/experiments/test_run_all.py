@@ -33,6 +33,11 @@ def test_run_all_quick_writes_every_study(tmp_path):
   assert drawn["learning_curves"] and drawn["mismatch_training"], drawn
   for study, figs in drawn.items():
     assert all(os.path.getsize(tmp_path / study / f) > 0 for f in figs), study
+    assert "heldout_final.png" in figs, study
+    listed = json.load(open(tmp_path / study / "results.json"))["figures"]
+    # the quick runs store every evaluation, so their held-out curves stay listed and drawn
+    assert "heldout_curves.png" in listed, study
+    assert all((tmp_path / study / f).exists() for f in listed), study
 
 
 def test_closed_form_expectation_matches_library_losses():
