@@ -1,0 +1,198 @@
+"""Where the train step's time goes: one traced SmolLM2 GRPO step, its XLA:CPU thunks by kind.
+
+    python bench/profile_step.py [--remat dots] [--attention dense] [--batch 8] [--prompt 64]
+                                 [--response 192] [--cort] [--top 15]
+
+Compiles the step that `bench/train_step.py` times (the trainer's fused μ = 1 update), runs it
+twice, then traces a third call with `jax.profiler` and XLA:CPU's per-thunk events
+(`--xla_cpu_enable_xprof_traceme=true`). Each thunk is an instruction of the optimized HLO
+(dumped with `--xla_dump_to`), so its time is attributed by what the instruction computes:
+
+- `matmul 2-D`: dots without batch dimensions, the projections and the LM head (what
+  `bench/matmul.py` times alone: the step's matmul floor);
+- `matmul batched`: dots with batch dimensions, attention's scores and values;
+- `layout`: fusions of copies, transposes, slices, concatenations, pads, bitcasts, broadcasts
+  and selects only: data moved, nothing computed;
+- `reduce`: fusions with a reduction (softmax, RMSNorm, logsumexp, loss sums, norms);
+- `elementwise`: other fusions (RoPE, SiLU, the AdamW update, masks);
+- `control`: while / conditional / call thunks, less the thunks they ran.
+
+and by phase, from the instruction's JAX op name: forward, backward, remat recompute (ops under
+`rematted_computation`), the rest (the optimizer update, the guard). Times are each thunk's
+own wall time on the thread that ran it (a matmul's helper threads are not added twice);
+thunks that ran at the same time on two threads are both counted, so the column sums to a
+little more than the step's wall time. Writes bench/results/profile_step.json.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import re
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# libtpu's profiler plugin crashes a CPU trace when the TPU backend is tried: CPU only.
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+CATEGORIES = ("matmul 2-D", "matmul batched", "layout", "reduce", "elementwise", "control")
+PHASES = ("forward", "backward", "remat recompute", "update + rest")
+_LAYOUT_OPS = {"parameter", "copy", "transpose", "slice", "dynamic-slice", "dynamic-update-slice",
+               "concatenate", "pad", "bitcast", "reshape", "broadcast", "select", "constant",
+               "tuple", "get-tuple-element", "iota", "convert", "compare", "and", "or", "not"}
+_INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = [^=]*? ([a-z][\w\-]*)\(")
+_COMP = re.compile(r"^(?:ENTRY )?%([\w.\-]+) ")
+_CALLS = re.compile(r"calls=%([\w.\-]+)")
+_OPNAME = re.compile(r'op_name="([^"]*)"')
+
+
+def parse_hlo(text: str):
+  """Instruction name -> (opcode, op_name, computations it calls); computation -> its opcodes
+  and whether any dot in it has batch dimensions."""
+  instrs, comps, cur = {}, {}, None
+  for line in text.splitlines():
+    m = _COMP.match(line)
+    if m and line.rstrip().endswith("{"):
+      cur = comps.setdefault(m.group(1), {"ops": set(), "batched_dot": False, "dot": False})
+      continue
+    m = _INSTR.match(line)
+    if not m or cur is None:
+      continue
+    name, op = m.groups()
+    cur["ops"].add(op)
+    if op in ("dot", "custom-call") and ("lhs_batch_dims" in line):
+      cur["batched_dot"] = True
+    if op == "dot":
+      cur["dot"] = True
+    opname = _OPNAME.search(line)
+    instrs[name] = (op, opname.group(1) if opname else "", _CALLS.findall(line),
+                    "lhs_batch_dims" in line)
+  return instrs, comps
+
+
+def category(name, instrs, comps) -> str:
+  op, _, calls, batched = instrs.get(name, ("?", "", [], False))
+  if op in ("while", "conditional", "call"):
+    return "control"
+  if op == "dot":
+    return "matmul batched" if batched else "matmul 2-D"
+  ops = set().union(*(comps[c]["ops"] for c in calls if c in comps)) if calls else {op}
+  if any(comps[c]["dot"] for c in calls if c in comps):
+    return ("matmul batched" if any(comps[c]["batched_dot"] for c in calls if c in comps)
+            else "matmul 2-D")
+  if "reduce" in ops or "reduce-window" in ops or op == "reduce":
+    return "reduce"
+  if ops <= _LAYOUT_OPS:
+    return "layout"
+  return "elementwise"
+
+
+def phase(opname: str) -> str:
+  if "rematted_computation" in opname:
+    return "remat recompute"
+  if "transpose(jvp(" in opname:
+    return "backward"
+  if "jvp(" in opname:
+    return "forward"
+  return "update + rest"
+
+
+def own_times(lines, hlo_names):
+  """Each thunk event's own time (less the thunk events nested in it) on its thread."""
+  out = []
+  for ln in lines:
+    evs = sorted((e for e in ln.events if e.name in hlo_names),
+                 key=lambda e: (e.start_ns, -e.duration_ns))
+    stack = []  # [name, end_ns, own_ns]
+    for e in evs:
+      while stack and stack[-1][1] <= e.start_ns:
+        out.append(tuple(stack.pop()[::2]))
+      if stack:
+        stack[-1][2] -= e.duration_ns
+      stack.append([e.name, e.start_ns + e.duration_ns, e.duration_ns])
+    out.extend(tuple(s[::2]) for s in stack)
+  return out
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--remat", default="dots")
+  ap.add_argument("--attention", default="dense")
+  ap.add_argument("--batch", type=int, default=8)
+  ap.add_argument("--prompt", type=int, default=64)
+  ap.add_argument("--response", type=int, default=192)
+  ap.add_argument("--cort", action="store_true", help="the CoRT step (+ the replay forward)")
+  ap.add_argument("--top", type=int, default=15)
+  a = ap.parse_args()
+
+  work = tempfile.mkdtemp(prefix="profile_step_")
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
+                             f" --xla_dump_to={work}/hlo --xla_dump_hlo_as_text"
+                             " --xla_dump_hlo_module_re=.*jit_fn.*")
+  import jax
+  from jax._src.lib import _profile_data
+
+  from bench.common import report
+  from bench.train_step import make_batch, rljax_step, variant_model
+  from rljax.models.bundled import smollm2_path
+
+  model = variant_model(smollm2_path(), a.remat, a.attention)
+  batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
+  run, info = rljax_step(model, batch, a.response, ("cort_no_ramp",) if a.cort else (), g=4)
+  untraced = []
+  for _ in range(2):
+    t = time.perf_counter()
+    run()
+    untraced.append(time.perf_counter() - t)
+  jax.profiler.start_trace(f"{work}/trace")
+  t = time.perf_counter()
+  run()
+  traced = time.perf_counter() - t
+  jax.profiler.stop_trace()
+
+  hlo_files = sorted(glob.glob(f"{work}/hlo/*jit_fn*after_optimizations.txt"))
+  instrs, comps = parse_hlo(open(hlo_files[-1]).read())
+  xplane = glob.glob(f"{work}/trace/**/*.xplane.pb", recursive=True)[0]
+  plane = _profile_data.ProfileData.from_file(xplane).find_plane_with_name("/host:CPU")
+  lines = [ln for ln in plane.lines if ln.name.startswith("tf_XLA")]
+  wall = max((e.duration_ns for ln in lines for e in ln.events
+              if e.name == "ThunkExecutor::Execute (wait for completion)"), default=0) / 1e9
+  own = own_times(lines, set(instrs))
+
+  by_cat = collections.defaultdict(float)
+  by_phase = collections.defaultdict(float)
+  grid = collections.defaultdict(float)
+  by_instr = collections.defaultdict(lambda: [0.0, 0])
+  for name, ns in own:
+    c, ph = category(name, instrs, comps), phase(instrs[name][1])
+    by_cat[c] += ns / 1e9
+    by_phase[ph] += ns / 1e9
+    grid[c, ph] += ns / 1e9
+    by_instr[name][0] += ns / 1e9
+    by_instr[name][1] += 1
+  total = sum(by_cat.values())
+
+  cols = ["kind"] + list(PHASES) + ["s", "share of wall"]
+  rows = [dict(zip(cols, [c] + [grid[c, p] for p in PHASES] + [by_cat[c], by_cat[c] / wall]))
+          for c in CATEGORIES]
+  rows.append(dict(zip(cols, ["all"] + [by_phase[p] for p in PHASES] + [total, total / wall])))
+  top = sorted(by_instr.items(), key=lambda kv: -kv[1][0])[:a.top]
+  top_rows = [{"instruction": n, "kind": category(n, instrs, comps),
+               "phase": phase(instrs[n][1]), "calls": k, "s": s,
+               "JAX op": "/".join(instrs[n][1].split("/")[-2:])} for n, (s, k) in top]
+  print(f"step wall (traced) {traced:.2f} s, executor {wall:.2f} s; untraced "
+        f"{', '.join(f'{u:.2f}' for u in untraced)} s; load {os.getloadavg()[0]:.2f}\n")
+  for r in top_rows:
+    print(f"{r['s']:7.3f} s {r['calls']:4d}×  {r['kind']:<15} {r['phase']:<16} "
+          f"{r['instruction']:<28} {r['JAX op']}")
+  print()
+  report("profile_step", cols, rows, meta={
+      "args": vars(a), "untraced_s": untraced, "traced_s": traced, "executor_wall_s": wall,
+      "loadavg": os.getloadavg(), "top": top_rows, "compile": info})
+
+if __name__ == "__main__":
+  main()
