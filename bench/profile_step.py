@@ -36,8 +36,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# libtpu's profiler plugin crashes a CPU trace when the TPU backend is tried: CPU only.
-os.environ["JAX_PLATFORMS"] = "cpu"
 
 CATEGORIES = ("matmul 2-D", "matmul batched", "layout", "reduce", "elementwise", "control")
 PHASES = ("forward", "backward", "remat recompute", "update + rest")
@@ -130,6 +128,8 @@ def main():
   a = ap.parse_args()
 
   work = tempfile.mkdtemp(prefix="profile_step_")
+  # libtpu's profiler plugin crashes a CPU trace when the TPU backend is tried: CPU only.
+  os.environ["JAX_PLATFORMS"] = "cpu"
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
                              f" --xla_dump_to={work}/hlo --xla_dump_hlo_as_text"
                              " --xla_dump_hlo_module_re=.*jit_fn.*")
