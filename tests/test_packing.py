@@ -33,6 +33,10 @@ def ragged_batch(b=16, seed=0, crit=0):
   rmask = (np.arange(N)[None] < rlens[:, None]).astype(np.int32)
   minus, mmask = plus[:, P - PM:].copy(), pmask[:, P - PM:].copy()
   mmask[:, -1] = 1  # every x⁻ keeps at least one token
+  # ... and differs from x⁺ in its last prompt token: otherwise Δ = 0 exactly on the short
+  # prompts, and the sign that `cort/frac_delta_pos` counts is float noise (it flipped a token
+  # between packed and padded on one CPU model)
+  minus[:, -1] = (minus[:, -1] + 1) % v
   out = {"tokens_BxL": np.concatenate([plus, resp], 1),
          "attn_mask_BxL": np.concatenate([pmask, rmask], 1),
          "minus_tokens_BxM": np.concatenate([minus, resp], 1),
@@ -181,9 +185,6 @@ def test_whole_minibatch_plans_equal_padded(num_minibatches, grad_accum):
   from rljax.update import minibatch_order
   graphdef, params, opt, sc, obj = setup(opt=optax.sgd(0.5), use_ref=True)
   batch = ragged_batch(seed=8)
-  # x⁻ ≠ x⁺ in every row (its last prompt token differs): otherwise Δ = 0 exactly on the
-  # short prompts, and the sign that `cort/frac_delta_pos` counts is float noise
-  batch["minus_tokens_BxM"][:, PM - 1] = (batch["minus_tokens_BxM"][:, PM - 1] + 1) % CFG.vocab_size
   key = jax.random.key(11)
   order = minibatch_order(key, 16, G, num_minibatches)
   assert sorted(order.tolist()) == list(range(16))
