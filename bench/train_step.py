@@ -88,9 +88,13 @@ def rljax_step(model, batch, n, transforms, g):
 
 
 def variant_model(path_or_dir, remat, attention):
-  """The model as the trainer runs it on CPU (layers unrolled where `layer_unroll` allows)."""
+  """The model as the trainer runs it on CPU (layers unrolled where `layer_unroll` allows).
+  `attention` is an implementation name, or `dense:C` for dense attention with the queries in
+  causal blocks of C (`ModelConfig.causal_block`; 0: one block)."""
   from rljax.models import load_model
-  model = load_model(path_or_dir, remat=remat, attention=attention)
+  attention, _, block = attention.partition(":")
+  model = load_model(path_or_dir, remat=remat, attention=attention,
+                     **({"causal_block": int(block)} if block else {}))
   model.scan_unroll = model.cfg.num_layers
   return model
 
@@ -163,7 +167,8 @@ def main():
   ap.add_argument("--response", type=int, default=192)
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--variants", default="none/dense,dots/blockwise",
-                  help="comma-separated remat/attention pairs; the first is the reference")
+                  help="comma-separated remat/attention pairs (attention dense:C: causal blocks of "
+                       "C queries); the first is the reference")
   ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M (slow on CPU)")
   ap.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=True)
   ap.add_argument("--cort", action=argparse.BooleanOptionalAction, default=True)

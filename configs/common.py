@@ -46,12 +46,15 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   c.seed = 0
   c.workdir = ""  # --workdir; default runs/<config name>
   c.model = mlc.ConfigDict(dict(path=a.model, tiny=a.tiny, param_dtype="float32",
-                                dtype="float32", remat="none", attention="dense", tokenizer=""))
+                                dtype="float32", remat="none", attention="dense", causal_block=64,
+                                tokenizer=""))
   # remat: "none" | "dots" (keep the projections' outputs, recompute the rest: on CPU the
   # SmolLM2 step at 0.49x today's peak memory and no slower) | "full" (keep layer inputs);
   # attention: "dense" | "blockwise" | "splash" (Pallas TPU kernels) | "cudnn"
   # (jax.nn.dot_product_attention: cuDNN on GPU) | "auto" (splash on TPU, cudnn on a GPU)
-  # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time.
+  # (flash-style, no [B,H,T,T] scores kept) — see bench/README.md for memory and time;
+  # causal_block: dense attention's queries in blocks of this many against the keys up to the
+  # block's end, the blocks above the diagonal skipped (0: one [T, T] block)
   # lora: train rank-`rank` adapters on the projections whose names fully match `targets`
   # (wq wk wv wo w_gate w_up w_down), scaled by alpha / rank, over a frozen base (rank 0:
   # train every weight); base_bits 8 / 4 stores the frozen base as integers (QLoRA).

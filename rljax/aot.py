@@ -53,8 +53,10 @@ def model_config(cfg):
     tok = load_tokenizer(resolve(c.tokenizer or c.path))
     return ModelConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id,
                        param_dtype=c.param_dtype, dtype=c.dtype,
-                       attention=c.attention, **c.tiny_config.to_dict())
-  kw = dict(param_dtype=c.param_dtype, dtype=c.dtype, attention=c.attention)
+                       attention=c.attention, causal_block=c.get("causal_block", 64),
+                       **c.tiny_config.to_dict())
+  kw = dict(param_dtype=c.param_dtype, dtype=c.dtype, attention=c.attention,
+            causal_block=c.get("causal_block", 64))
   path = resolve(c.path)
   if os.path.isdir(path):
     return load_hf_config(path, **kw)

@@ -86,6 +86,9 @@ def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:
   remat = cfg.model.remat
   _need(remat in (False, True, "none", "dots", "full"), "model.remat",
         f"{remat!r}; valid: none, dots, full")
+  block = cfg.model.get("causal_block", 64)
+  _need(isinstance(block, int) and block >= 0, "model.causal_block",
+        f"{block!r}; valid: 0 (one [T, T] block) or a positive number of queries")
   attention = cfg.model.attention
   _need(attention in ATTENTION_IMPLS, "model.attention",
         f"{attention!r}; valid: {', '.join(ATTENTION_IMPLS)}")

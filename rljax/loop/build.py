@@ -136,11 +136,12 @@ def build_model(cfg: mlc.ConfigDict, mesh) -> Model:
   if c.tiny:
     mcfg = ModelConfig(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
                        param_dtype=c.param_dtype, dtype=c.dtype, attention=c.attention,
-                       **c.tiny_config.to_dict())
+                       causal_block=c.get("causal_block", 64), **c.tiny_config.to_dict())
     model = create_model(mcfg, mesh=mesh, seed=cfg.seed, remat=c.remat)
   else:
     model = load_model(resolve(c.path), mesh=mesh, remat=c.remat, param_dtype=c.param_dtype,
-                       dtype=c.dtype, attention=c.attention)
+                       dtype=c.dtype, attention=c.attention,
+                       causal_block=c.get("causal_block", 64))
   if jax.default_backend() == "cpu":  # unrolled layers: a faster step, a longer compile
     model.scan_unroll = model.cfg.num_layers
   k = cfg.rollout.record_topk

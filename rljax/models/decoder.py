@@ -342,7 +342,8 @@ class Decoder(nnx.Module):
       impl = attention_impl(cfg)
       sdpa = functools.partial(sdpa_attention, causal=True,
                                implementation=backend.sdpa_implementation())
-      attn = {"blockwise": blockwise_attention, "dense": attention, "cudnn": sdpa}.get(
+      dense = functools.partial(attention, causal_block=cfg.causal_block)  # the mask is causal
+      attn = {"blockwise": blockwise_attention, "dense": dense, "cudnn": sdpa}.get(
           impl, lambda q, k, v, _: pallas_attention.splash_attention(q, k, v, seg_BxT))
 
       def layer(x, p):

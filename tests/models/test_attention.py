@@ -39,6 +39,27 @@ def test_blockwise_equals_dense_forward_and_gradients(block):
 
 
 @pytest.mark.numerics  # golden / equivalence: also under another ISA
+@pytest.mark.parametrize("block", [1, 4, 5, 10, 11])  # ragged last block; 11 = T: one block
+def test_causal_blocks_equal_one_block_on_every_real_query(block):
+  """Queries in blocks against the keys up to their block's last query: the real queries'
+  outputs and every gradient equal the one-block attention's (left padding in row 1, and
+  two packed segments in row 0)."""
+  q, k, v, allowed, w = _inputs()
+  seg = jnp.asarray([[1] * 6 + [2] * 5, [1] * 11])
+  allowed = allowed & (seg[:, :, None] == seg[:, None, :])
+  real = np.asarray(jnp.any(allowed, -1))  # queries that attend a key
+  one = lambda q, k, v: jnp.sum(attention(q, k, v, allowed) * w)
+  blocks = lambda q, k, v: jnp.sum(attention(q, k, v, allowed, causal_block=block) * w)
+  o_ref = np.asarray(attention(q, k, v, allowed))
+  o = np.asarray(jax.jit(attention, static_argnums=4)(q, k, v, allowed, block))
+  np.testing.assert_allclose(o[real], o_ref[real], atol=1e-5)
+  g_ref = jax.grad(one, argnums=(0, 1, 2))(q, k, v)
+  g = jax.jit(jax.grad(blocks, argnums=(0, 1, 2)))(q, k, v)
+  for a, b in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
 @pytest.mark.parametrize("t", [1, 4])  # a decode step; a chunk of queries
 def test_prefix_attention_equals_dense_over_the_prefix_copied_to_each_row(t):
   """2 prompts (one left-padded) x 3 rows each: the shared prefix, then each row's own
@@ -69,7 +90,7 @@ def test_blockwise_backward_keeps_no_score_matrix():
 
 
 @pytest.mark.parametrize("remat,impl", [("dots", "blockwise"), ("full", "dense"),
-                                        ("none", "blockwise")])
+                                        ("none", "blockwise"), ("dots", "dense")])
 def test_decoder_remat_and_attention_do_not_change_outputs_or_grads(remat, impl):
   ids = jnp.asarray(np.random.RandomState(0).randint(0, 67, (2, 9)), jnp.int32)
   mask = jnp.ones_like(ids).at[0, :3].set(0)
@@ -80,8 +101,8 @@ def test_decoder_remat_and_attention_do_not_change_outputs_or_grads(remat, impl)
     return jnp.sum(model.logits(h) * mask[..., None])
 
   from flax import nnx
-  ref = create_model(TINY, seed=1)
-  other = create_model(TINY.replace(attention=impl), seed=1, remat=remat)
+  ref = create_model(TINY.replace(causal_block=0), seed=1)  # one [T, T] block, no remat
+  other = create_model(TINY.replace(attention=impl, causal_block=4), seed=1, remat=remat)
   l_ref, g_ref = nnx.value_and_grad(loss)(ref)
   l, g = nnx.value_and_grad(loss)(other)
   np.testing.assert_allclose(float(l), float(l_ref), rtol=1e-5)
