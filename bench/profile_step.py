@@ -3,6 +3,9 @@
     python bench/profile_step.py [--remat dots] [--attention dense] [--batch 8] [--prompt 64]
                                  [--response 192] [--cort] [--top 15]
 
+`--attention` as in bench/train_step.py: an implementation, or `dense:C` (causal query blocks of
+C, `ModelConfig.causal_block`; `dense:0` is one [T, T] block).
+
 Compiles the step that `bench/train_step.py` times (the trainer's fused μ = 1 update), runs it
 twice, then traces a third call with `jax.profiler` and XLA:CPU's per-thunk events
 (`--xla_cpu_enable_xprof_traceme=true`). Each thunk is an instruction of the optimized HLO

@@ -47,8 +47,8 @@ class ModelConfig:
   attention: str = "dense"
   # "dense" only: the cache-less forward's queries in blocks of this many, each against the
   # keys up to its last query (rljax.models.attention.attention; 0: one [T, T] block). On
-  # XLA:CPU 64 made a layer's attention forward + backward 1.3x (T = 256) to 1.9x (T = 640)
-  # faster than one block (bench/README.md).
+  # XLA:CPU 64 made the SmolLM2 train step 1.04x (T = 256) to 1.20x (T = 592) faster than
+  # one block (bench/README.md, "Where the train step's time goes").
   causal_block: int = 64
 
   def __post_init__(self):
