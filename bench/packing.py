@@ -2,7 +2,7 @@
 long, naturally ending answers.
 
     python bench/packing.py [--prompts 4] [--groups 8] [--new 512] [--rounds 3]
-                            [--minibatches 1] [--tokens-per-row 0] [--balance]
+                            [--minibatches 1] [--tokens-per-row 0] [--balance] [--one-block]
 
 1. Draws one rollout batch with the trainer itself (`configs/cort_grpo.py:cpu` with
    `--prompts` × `--groups` rows, `max_new_tokens=--new`, temperature 1, stop at EOS): the
@@ -19,6 +19,10 @@ long, naturally ending answers.
    the same tokens (`train.balance_tokens`), and the packed slots of the random and the
    balanced mini-batches over 64 update keys (host-side plans, no timing); --plans-only:
    only those plan counts, no update is timed.
+   --one-block: the padded worker computes attention in one [T, T] block per layer
+   (`model.causal_block=0`, the padded update before causal query blocks); the packed ones
+   keep the config's `model.causal_block` (64). (A fourth worker would not fit: each worker
+   keeps its peak memory, and 32 padded rows of ~600 tokens take several GB.)
 Writes bench/results/packing.json.
 """
 from __future__ import annotations
@@ -137,6 +141,8 @@ def worker(a, kind: str):
   from rljax.update import jit_update
   import dataclasses
   cfg = config(a)
+  if kind == "padded" and a.one_block:
+    cfg.model.causal_block = 0
   model = build_model(cfg, None)
   model_params = model.params
   objective, optimizer, sc = build_step_parts(cfg, model.cfg.vocab_size)
@@ -182,6 +188,8 @@ def main():
                   help="with --balance: the plans' packed slots only, no timed update")
   ap.add_argument("--balance", action="store_true",
                   help="also packed with token-balanced mini-batches (needs --minibatches > 1)")
+  ap.add_argument("--one-block", action="store_true",
+                  help="the padded worker with one [T, T] attention block (causal_block=0)")
   ap.add_argument("--worker", default="")
   a = ap.parse_args()
   if a.worker:
@@ -196,7 +204,7 @@ def main():
   real = int(b["attn_mask_BxL"].sum() + b.get("minus_attn_mask_BxM", np.zeros(0)).sum())
   argv = [os.path.abspath(__file__), "--prompts", str(a.prompts), "--groups", str(a.groups),
           "--new", str(a.new), "--minibatches", str(a.minibatches), "--tokens-per-row",
-          str(a.tokens_per_row)]
+          str(a.tokens_per_row)] + (["--one-block"] if a.one_block else [])
   if a.plans_only:
     return plans_report(a, b, lengths)
   kinds = ("padded", "packed", "balanced") if a.balance else ("padded", "packed")
@@ -223,14 +231,14 @@ def main():
           "length_clip_ratio": float(np.mean(b["truncated_B"])),
           "real_tokens": real, "rollout_s": float(b["rollout_s"]),
           "load": [load0, load()], "rounds": a.rounds, "minibatches": a.minibatches,
+          "padded_causal_block": 0 if a.one_block else config(a).model.causal_block,
           "times": times, "lengths": lengths.tolist()}
   if a.balance:
     slots = plan_slots(a, {k: v for k, v in b.items() if k not in ("rollout_s", "truncated_B")})
     meta["plan_slots_64_keys"] = {k: {"mean": float(np.mean(v)), "min": int(min(v)),
                                       "max": int(max(v))} for k, v in slots.items()}
     meta["argv_balance"] = True
-  report("packing", ["update", "s", "useful tokens/s", "speed vs padded", "positions", "loss"],
-         rows, meta)
+  report("packing", list(rows[0]), rows, meta)
   print({k: v for k, v in meta.items() if k not in ("times", "lengths")})
 
 
