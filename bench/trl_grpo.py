@@ -20,7 +20,8 @@ one optimizer update per rollout batch, Adam at lr 1e-6, gradient clipping 1.0.
 Each arm runs `--steps` steps in a fresh process; step 1 (compilation, first call) is
 reported apart, the table holds medians of steps 2..S. `--rounds` alternates the two arms
 (rljax, trl, rljax, trl, ...). Useful tokens/s = the step's real completion tokens / the
-step's seconds. Writes bench/results/trl_grpo.json.
+step's seconds (the median over steps); pooled tokens/s = the real tokens of steps 2..S / their
+seconds summed. Writes bench/results/trl_grpo.json.
 """
 from __future__ import annotations
 
@@ -182,11 +183,13 @@ def main():
                  "train_s": med("train_s"),
                  "useful tokens/s": statistics.median(s["tokens"] / s["step_s"] for s in later
                                                       if s.get("tokens")),
+                 "pooled tokens/s": (sum(s["tokens"] for s in later)
+                                     / sum(s["step_s"] for s in later)),
                  "first_step_s": statistics.median(run[0]["step_s"] for run in rs)})
   new, trl = rows
   rows.append({"impl": "trl / rljax", **{k: trl[k] / new[k] for k in new if k != "impl"}})
   report("trl_grpo", ["impl", "step_s", "rollout_s", "train_s", "useful tokens/s",
-                      "first_step_s"], rows,
+                      "pooled tokens/s", "first_step_s"], rows,
          {"prompts": a.prompts, "groups": a.groups, "max_new_tokens": a.new, "steps": a.steps,
           "rounds": a.rounds, "rljax_overrides": rljax_args(a), "loads": loads + [il.load()],
           "per_step": runs,
