@@ -179,12 +179,12 @@ def main():
   for name, rs in runs.items():
     later = [s for run in rs for s in run[1:]] or [s for run in rs for s in run]
     med = lambda k: statistics.median(s[k] for s in later if s.get(k) is not None)
+    counted = [s for s in later if s.get("tokens")]  # steps that logged their tokens
     rows.append({"impl": name, "step_s": med("step_s"), "rollout_s": med("rollout_s"),
                  "train_s": med("train_s"),
-                 "useful tokens/s": statistics.median(s["tokens"] / s["step_s"] for s in later
-                                                      if s.get("tokens")),
-                 "pooled tokens/s": (sum(s["tokens"] for s in later)
-                                     / sum(s["step_s"] for s in later)),
+                 "useful tokens/s": statistics.median(s["tokens"] / s["step_s"] for s in counted),
+                 "pooled tokens/s": (sum(s["tokens"] for s in counted)
+                                     / sum(s["step_s"] for s in counted)),
                  "first_step_s": statistics.median(run[0]["step_s"] for run in rs)})
   new, trl = rows
   rows.append({"impl": "trl / rljax", **{k: trl[k] / new[k] for k in new if k != "impl"}})
