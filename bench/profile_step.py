@@ -2,6 +2,12 @@
 
     python bench/profile_step.py [--remat dots] [--attention dense] [--batch 8] [--prompt 64]
                                  [--response 192] [--cort] [--top 15]
+    python bench/profile_step.py --decode 32 [--new 64]
+
+`--decode B` profiles the sampler's decode program instead: `rljax.rollout.generate` on B
+rows (B / 8 random 64-token prompts × G = 8, or one prompt × B below 8), --new tokens, no
+stop token, temperature 1; times are per decode step (the traced call's --new - 1 steps)
+and the phase column is the program's (`decode`).
 
 `--attention` as in bench/train_step.py: an implementation, or `dense:C` (causal query blocks of
 C, `ModelConfig.causal_block`; `dense:0` is one [T, T] block).
@@ -102,11 +108,14 @@ def phase(opname: str) -> str:
   return "update + rest"
 
 
-def own_times(lines, hlo_names):
-  """Each thunk event's own time (less the thunk events nested in it) on its thread."""
+def own_times(lines, hlo_names, window=None):
+  """Each thunk event's own time (less the thunk events nested in it) on its thread; only
+  the events inside `window` = (start_ns, end_ns) if given."""
   out = []
+  lo, hi = window or (float("-inf"), float("inf"))
   for ln in lines:
-    evs = sorted((e for e in ln.events if e.name in hlo_names),
+    evs = sorted((e for e in ln.events if e.name in hlo_names and lo <= e.start_ns
+                  and e.start_ns + e.duration_ns <= hi),
                  key=lambda e: (e.start_ns, -e.duration_ns))
     stack = []  # [name, end_ns, own_ns]
     for e in evs:
@@ -119,6 +128,26 @@ def own_times(lines, hlo_names):
   return out
 
 
+def decode_run(model, rows: int, new: int):
+  """A call of the sampler on `rows` rows (see --decode) and what it is."""
+  import jax
+  import numpy as np
+
+  from rljax.rollout import SamplerConfig, generate
+  g = min(rows, 8)
+  ids = np.random.RandomState(0).randint(3, model.cfg.vocab_size, (rows // g, 64))
+  ids = ids.astype(np.int32)
+  cfg = SamplerConfig(max_new_tokens=new, temperature=1.0, num_generations=g,
+                      stop_token_ids=())
+  seed = [0]
+
+  def run():
+    seed[0] += 1
+    jax.block_until_ready(generate(model, ids, np.ones_like(ids), jax.random.key(seed[0]), cfg))
+
+  return run, {"rows": rows, "new_tokens": new, "prompt": 64}
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--remat", default="dots")
@@ -128,14 +157,20 @@ def main():
   ap.add_argument("--response", type=int, default=192)
   ap.add_argument("--cort", action="store_true", help="the CoRT step (+ the replay forward)")
   ap.add_argument("--top", type=int, default=15)
+  ap.add_argument("--decode", type=int, default=0, metavar="B",
+                  help="profile the sampler's decode program on B rows instead")
+  ap.add_argument("--new", type=int, default=64, help="--decode: new tokens per row")
   a = ap.parse_args()
+  if a.decode and (a.decode % min(a.decode, 8) or a.new < 2):
+    ap.error("--decode B: B < 8 or a multiple of 8, and --new >= 2")
 
   work = tempfile.mkdtemp(prefix="profile_step_")
   # libtpu's profiler plugin crashes a CPU trace when the TPU backend is tried: CPU only.
   os.environ["JAX_PLATFORMS"] = "cpu"
+  module = "scoped" if a.decode else "jit_fn"  # the sampler's jits are named "scoped"
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true"
                              f" --xla_dump_to={work}/hlo --xla_dump_hlo_as_text"
-                             " --xla_dump_hlo_module_re=.*jit_fn.*")
+                             f" --xla_dump_hlo_module_re=.*{module}.*")
   import jax
   from jax._src.lib import _profile_data
 
@@ -144,8 +179,13 @@ def main():
   from rljax.models.bundled import smollm2_path
 
   model = variant_model(smollm2_path(), a.remat, a.attention)
-  batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
-  run, info = rljax_step(model, batch, a.response, ("cort_no_ramp",) if a.cort else (), g=4)
+  per = 1
+  if a.decode:
+    run, info = decode_run(model, a.decode, a.new)
+    per = a.new - 1
+  else:
+    batch = make_batch(a.batch, a.prompt, a.response, model.cfg.vocab_size)
+    run, info = rljax_step(model, batch, a.response, ("cort_no_ramp",) if a.cort else (), g=4)
   untraced = []
   for _ in range(2):
     t = time.perf_counter()
@@ -157,21 +197,26 @@ def main():
   traced = time.perf_counter() - t
   jax.profiler.stop_trace()
 
-  hlo_files = sorted(glob.glob(f"{work}/hlo/*jit_fn*after_optimizations.txt"))
+  # the last program compiled: the step, or the sampler's decode (compiled after its prefill)
+  hlo_files = sorted(glob.glob(f"{work}/hlo/*{module}*after_optimizations.txt"))
   instrs, comps = parse_hlo(open(hlo_files[-1]).read())
   xplane = glob.glob(f"{work}/trace/**/*.xplane.pb", recursive=True)[0]
   plane = _profile_data.ProfileData.from_file(xplane).find_plane_with_name("/host:CPU")
   lines = [ln for ln in plane.lines if ln.name.startswith("tf_XLA")]
-  wall = max((e.duration_ns for ln in lines for e in ln.events
-              if e.name == "ThunkExecutor::Execute (wait for completion)"), default=0) / 1e9
-  own = own_times(lines, set(instrs))
+  # the longest program run: the step, or the decode (its prefill's thunks share names)
+  run_ev = max((e for ln in lines for e in ln.events
+                if e.name == "ThunkExecutor::Execute (wait for completion)"),
+               key=lambda e: e.duration_ns)
+  wall = run_ev.duration_ns / 1e9
+  own = own_times(lines, set(instrs), (run_ev.start_ns, run_ev.start_ns + run_ev.duration_ns))
 
   by_cat = collections.defaultdict(float)
   by_phase = collections.defaultdict(float)
   grid = collections.defaultdict(float)
   by_instr = collections.defaultdict(lambda: [0.0, 0])
   for name, ns in own:
-    c, ph = category(name, instrs, comps), phase(instrs[name][1])
+    ns /= per
+    c, ph = category(name, instrs, comps), "decode" if a.decode else phase(instrs[name][1])
     by_cat[c] += ns / 1e9
     by_phase[ph] += ns / 1e9
     grid[c, ph] += ns / 1e9
@@ -179,18 +224,22 @@ def main():
     by_instr[name][1] += 1
   total = sum(by_cat.values())
 
-  cols = ["kind"] + list(PHASES) + ["s", "share of wall"]
-  rows = [dict(zip(cols, [c] + [grid[c, p] for p in PHASES] + [by_cat[c], by_cat[c] / wall]))
+  wall /= per
+  phases = ("decode",) if a.decode else PHASES
+  cols = ["kind"] + list(phases) + ["s", "share of wall"]
+  rows = [dict(zip(cols, [c] + [grid[c, p] for p in phases] + [by_cat[c], by_cat[c] / wall]))
           for c in CATEGORIES]
-  rows.append(dict(zip(cols, ["all"] + [by_phase[p] for p in PHASES] + [total, total / wall])))
+  rows.append(dict(zip(cols, ["all"] + [by_phase[p] for p in phases] + [total, total / wall])))
   top = sorted(by_instr.items(), key=lambda kv: -kv[1][0])[:a.top]
   top_rows = [{"instruction": n, "kind": category(n, instrs, comps),
-               "phase": phase(instrs[n][1]), "calls": k, "s": s,
+               "phase": "decode" if a.decode else phase(instrs[n][1]),
+               "calls": round(k / per, 2), "s": s,
                "JAX op": "/".join(instrs[n][1].split("/")[-2:])} for n, (s, k) in top]
-  print(f"step wall (traced) {traced:.2f} s, executor {wall:.2f} s; untraced "
-        f"{', '.join(f'{u:.2f}' for u in untraced)} s; load {os.getloadavg()[0]:.2f}\n")
+  what = f"decode step ({per} traced)" if a.decode else "step"
+  print(f"{what} wall (traced) {traced / per:.4f} s, executor {wall:.4f} s; untraced "
+        f"{', '.join(f'{u / per:.4f}' for u in untraced)} s; load {os.getloadavg()[0]:.2f}\n")
   for r in top_rows:
-    print(f"{r['s']:7.3f} s {r['calls']:4d}×  {r['kind']:<15} {r['phase']:<16} "
+    print(f"{r['s']:7.4f} s {r['calls']:6g}×  {r['kind']:<15} {r['phase']:<16} "
           f"{r['instruction']:<28} {r['JAX op']}")
   print()
   report("profile_step", cols, rows, meta={

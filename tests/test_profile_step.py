@@ -41,3 +41,15 @@ def test_own_time_subtracts_nested_thunks_per_thread():
   for name, ns in own_times([a, b], {"while.1", "dot.1", "fusion.2", "copy.3"}):
     got[name] += ns
   assert got == {"while.1": 50, "dot.1": 70, "fusion.2": 20, "copy.3": 10}
+
+
+def test_own_time_keeps_only_the_events_inside_the_window():
+  # --decode: the prefill's thunks share the decode program's instruction names
+  ev = collections.namedtuple("ev", "name start_ns duration_ns")
+  line = collections.namedtuple("line", "events")
+  a = line([ev("dot.1", 0, 30), ev("dot.1", 100, 30), ev("fusion.2", 110, 10),
+            ev("dot.1", 190, 20)])
+  got = collections.Counter()
+  for name, ns in own_times([a], {"dot.1", "fusion.2"}, (100, 200)):
+    got[name] += ns
+  assert got == {"dot.1": 20, "fusion.2": 10}
