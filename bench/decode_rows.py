@@ -1,32 +1,36 @@
-"""What a decode step costs by decode batch size, and what that allows any sampler to gain.
+"""What a decode step costs by decode batch size and cache fill, and what that allows any sampler.
 
-    python bench/decode_rows.py [--rows 32,16,8,4,2] [--new 64] [--rounds 3]
-                                [--batch MAXLEN:TOKENS ...]
+    python bench/decode_rows.py [--rows 32,16,8,4,2] [--new 64,512] [--rounds 2]
+                                [--lengths bench/results/rollout.json]
 
 SmolLM2-135M float32, random 64-token prompts, no stop token, temperature 1 (as
 bench/sampler.py). For each decode batch size b (b / 8 prompts × G = 8, or one prompt × b
-below 8 rows) it times `rljax.rollout.generate` with max_new_tokens = --new and = 1; the
-decode step is their difference / (--new - 1). Sizes alternate call by call, medians of
---rounds after one warm-up call each, all in one process.
+below 8 rows) and each n in --new it times `rljax.rollout.generate` with max_new_tokens = n
+and = 1 (the prefill and the first token). Calls alternate, medians of --rounds after one
+warm-up call each, all in one process.
 
-It fits step(b) = a + c·b (least squares; a: what a step costs whatever its rows, the
-weights; c: a row's share) and bounds the rollout of a batch whose longest answer has
-MAXLEN tokens and whose answers have TOKENS tokens in all. Rows are independent, so a
-sampler may run any rows in any decode step, but a row's tokens come one step after
-another: at least MAXLEN steps run, and the row-steps add up to TOKENS. Under the fitted
-cost that is at least MAXLEN·a + c·TOKENS, whatever the schedule (compaction into the exact
-running rows, refilling freed rows, or anything else that keeps the samples), against
-MAXLEN·(a + c·B) for the plain sampler, which runs all B rows until the longest ends:
+Model: decode step t (t tokens already generated in each row) on b rows costs
+a + b·(c + d·t): a whatever the rows (the weights), c + d·t a row's share, growing with what
+its attention reads. Fitted by least squares to every (b, n): time(n) − time(1) =
+(n − 1)·a + b·c·(n − 1) + b·d·n·(n − 1) / 2.
 
-    speedup <= MAXLEN·(a + c·B) / (MAXLEN·a + c·TOKENS)
+The bound: rows are independent, so a sampler may decode any rows in any step, but a row's
+tokens come one step after another. A batch whose answers have lengths ℓ_r therefore takes at
+least max ℓ steps, and row r's k-th token costs c + d·k whenever it is drawn: no schedule that
+keeps the samples (compaction into exactly the running rows, refilling freed rows, anything
+else) costs less than
 
-(a model-based bound: it holds as far as the fit does; the table shows its residuals).
-The default --batch values are the realistic job's batches measured by bench/rollout.py
-(32 rows, up to 512 new tokens). Writes bench/results/decode_rows.json.
+    max ℓ · a + Σ_r Σ_{k < ℓ_r} (c + d·k),
+
+against Σ_{t < max ℓ} (a + B·(c + d·t)) for the plain sampler, which runs all B rows until the
+longest ends. Their ratio bounds the speedup — as far as the fit holds (the table shows its
+residuals). --lengths: a JSON file with the lengths of a rollout batch (bench/rollout.py's
+`meta.lengths`; the batch the realistic job drew). Writes bench/results/decode_rows.json.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -39,33 +43,55 @@ import numpy as np  # noqa: E402
 
 from bench.common import report  # noqa: E402
 
-# (longest answer, real tokens) of the realistic job's rollout batches in bench/README.md.
-BATCHES = ("512:10900", "512:10112", "512:5664")
+
+def fit(samples):
+  """Least-squares (a, c, d) from [(rows b, new tokens n, decode seconds time(n) - time(1))]."""
+  x = np.array([[n - 1, b * (n - 1), b * n * (n - 1) / 2] for b, n, _ in samples], float)
+  y = np.array([s for _, _, s in samples], float)
+  (a, c, d), *_ = np.linalg.lstsq(x, y, rcond=None)
+  return float(a), float(c), float(d)
 
 
-def fit(rows, step_s):
-  """Least-squares (a, c) of step = a + c·rows."""
-  x = np.stack([np.ones(len(rows)), np.asarray(rows, float)], 1)
-  (a, c), *_ = np.linalg.lstsq(x, np.asarray(step_s, float), rcond=None)
-  return float(a), float(c)
+def step_cost(a: float, c: float, d: float, rows: int, t: int) -> float:
+  """A decode step at t tokens generated, on `rows` rows."""
+  return a + rows * (c + d * t)
 
 
-def speedup_bound(a: float, c: float, rows: int, maxlen: int, tokens: int) -> float:
-  """The most any same-samples sampler gains over the plain one under step = a + c·b."""
-  return maxlen * (a + c * rows) / (maxlen * a + c * tokens)
+def plain_cost(a: float, c: float, d: float, rows: int, lengths) -> float:
+  """The plain sampler: every row decodes until the longest answer ends (its first token
+  comes from the prefill, so max ℓ − 1 decode steps)."""
+  return sum(step_cost(a, c, d, rows, t) for t in range(1, max(lengths)))
+
+
+def least_cost(a: float, c: float, d: float, lengths) -> float:
+  """The least any schedule that draws the same tokens can cost (see the module doc)."""
+  rows_steps = sum(c * (l - 1) + d * (l - 1) * l / 2 for l in lengths)  # k = 1 .. ℓ-1
+  return (max(lengths) - 1) * a + rows_steps
+
+
+def speedup_bound(a: float, c: float, d: float, rows: int, lengths) -> float:
+  return plain_cost(a, c, d, rows, lengths) / least_cost(a, c, d, lengths)
 
 
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--rows", default="32,16,8,4,2")
-  ap.add_argument("--new", type=int, default=64)
-  ap.add_argument("--rounds", type=int, default=3)
-  ap.add_argument("--batch", nargs="*", default=list(BATCHES),
-                  help="MAXLEN:TOKENS of a rollout batch of the largest --rows rows")
+  ap.add_argument("--new", default="64,512")
+  ap.add_argument("--rounds", type=int, default=2)
+  ap.add_argument("--lengths", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                   "results", "rollout.json"),
+                  help="JSON with meta.lengths of a rollout batch (bench/rollout.py's output)")
   a = ap.parse_args()
   sizes = [int(r) for r in a.rows.split(",")]
-  if a.new < 2 or any(b < 1 for b in sizes):
-    ap.error("--new must be >= 2 and every --rows size >= 1")
+  news = [int(n) for n in a.new.split(",")]
+  if min(news) < 2 or min(sizes) < 1:
+    ap.error("every --new must be >= 2 and every --rows size >= 1")
+  lengths = None
+  if os.path.exists(a.lengths):
+    lengths = json.load(open(a.lengths))["meta"]["lengths"]
+    if len(lengths) != max(sizes) or max(lengths) > max(news):
+      ap.error(f"{a.lengths}: {len(lengths)} lengths up to {max(lengths)}; the bound needs "
+               f"{max(sizes)} rows (the largest --rows) and --new up to the longest")
 
   import jax
 
@@ -81,7 +107,7 @@ def main():
     if b % g:
       ap.error(f"--rows {b}: not a multiple of 8 (G = 8 samples per prompt)")
     ids = rng.randint(3, model.cfg.vocab_size, (b // g, 64)).astype(np.int32)
-    for n in (1, a.new):
+    for n in [1] + news:
       cfg = SamplerConfig(max_new_tokens=n, temperature=1.0, num_generations=g,
                           stop_token_ids=())
       runs[b, n] = (ids, np.ones_like(ids), cfg)
@@ -95,28 +121,29 @@ def main():
       if rnd:
         times[k].append(time.perf_counter() - t)
 
-  step = {b: (np.median(times[b, a.new]) - np.median(times[b, 1])) / (a.new - 1)
-          for b in sizes}
-  fa, fc = fit(sizes, [step[b] for b in sizes])
-  rows = [{"decode rows": b, "ms / step": 1e3 * step[b], "fit a + c·b ms": 1e3 * (fa + fc * b),
-           "ms / row-step": 1e3 * step[b] / b, "prefill ms": 1e3 * np.median(times[b, 1])}
-          for b in sizes]
-  big = max(sizes)
-  bounds = []
-  for spec in a.batch:
-    maxlen, tokens = (int(v) for v in spec.split(":"))
-    if not 0 < maxlen <= tokens <= big * maxlen:
-      ap.error(f"--batch {spec}: need 0 < MAXLEN <= TOKENS <= {big} x MAXLEN")
-    bounds.append({"max len": maxlen, "tokens": tokens, "mean len": tokens / big,
-                   "speedup bound": speedup_bound(fa, fc, big, maxlen, tokens)})
-  print(f"fit: step = {1e3 * fa:.1f} ms + {1e3 * fc:.2f} ms x rows; load "
-        f"{os.getloadavg()[0]:.2f}")
-  for r in bounds:
-    print(f"batch of {big} rows, longest {r['max len']}, {r['tokens']} tokens "
-          f"(mean {r['mean len']:.0f}): any same-samples sampler <= {r['speedup bound']:.2f}x "
-          f"the plain one")
+  med = {k: float(np.median(v)) for k, v in times.items()}
+  samples = [(b, n, med[b, n] - med[b, 1]) for b in sizes for n in news]
+  fa, fc, fd = fit(samples)
+  rows = []
+  for b, n, s in samples:
+    model_s = (n - 1) * fa + b * fc * (n - 1) + b * fd * n * (n - 1) / 2
+    rows.append({"decode rows": b, "new tokens": n, "ms / step": 1e3 * s / (n - 1),
+                 "fit ms / step": 1e3 * model_s / (n - 1),
+                 "ms / row-step": 1e3 * s / (n - 1) / b})
+  print(f"fit: step at t tokens = {1e3 * fa:.1f} ms + rows x ({1e3 * fc:.2f} + "
+        f"{1e3 * fd:.4f} t) ms; load {os.getloadavg()[0]:.2f}")
+  bound = None
+  if lengths is not None:
+    bound = {"lengths_from": a.lengths, "rows": len(lengths), "tokens": int(sum(lengths)),
+             "longest": int(max(lengths)), "at_longest": int(sum(l == max(lengths) for l in lengths)),
+             "plain_s": plain_cost(fa, fc, fd, len(lengths), lengths),
+             "least_s": least_cost(fa, fc, fd, lengths),
+             "speedup_bound": speedup_bound(fa, fc, fd, len(lengths), lengths)}
+    print(f"{a.lengths}: {bound['rows']} rows, {bound['tokens']} tokens, {bound['at_longest']} "
+          f"at {bound['longest']}: plain {bound['plain_s']:.1f} s by the fit, any same-samples "
+          f"sampler >= {bound['least_s']:.1f} s: speedup <= {bound['speedup_bound']:.2f}x")
   report("decode_rows", list(rows[0]), rows, meta={
-      "args": vars(a), "fit_a_s": fa, "fit_c_s": fc, "bounds": bounds,
+      "args": vars(a), "fit_a_s": fa, "fit_c_s": fc, "fit_d_s": fd, "bound": bound,
       "times_s": {f"{b}x{n}": v for (b, n), v in times.items()}, "loadavg": os.getloadavg()})
 
 

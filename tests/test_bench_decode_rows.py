@@ -2,43 +2,57 @@
 import numpy as np
 import pytest
 
-from bench.decode_rows import fit, speedup_bound
+from bench.decode_rows import fit, least_cost, plain_cost, speedup_bound, step_cost
+
+A, C, D = 0.026, 0.0028, 0.0000084
 
 
-def test_fit_recovers_an_affine_step_cost():
-  rows = [32, 16, 8, 4, 2]
-  a, c = fit(rows, [0.0233 + 0.00267 * b for b in rows])
-  assert a == pytest.approx(0.0233, rel=1e-9, abs=1e-12)
-  assert c == pytest.approx(0.00267, rel=1e-9)
+def test_fit_recovers_the_cost_model():
+  samples = [(b, n, sum(step_cost(A, C, D, b, t) for t in range(1, n)))
+             for b in (32, 16, 8, 4, 2) for n in (64, 512)]
+  a, c, d = fit(samples)
+  assert (a, c, d) == pytest.approx((A, C, D), rel=1e-6)
+
+
+def _lengths(rng, rows=32, cap=512):
+  return [int(x) for x in np.minimum(rng.geometric(1 / rng.uniform(50, 400), rows) + 1, cap)]
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_bound_is_the_exact_compaction_schedule_and_no_schedule_beats_it(seed):
+def test_costs_are_the_plain_and_the_exact_compaction_schedules(seed):
+  lengths = _lengths(np.random.RandomState(seed))
+  longest = max(lengths)
+  # Brute force: step t runs every row (plain), or exactly the rows still drawing (least).
+  plain = sum(step_cost(A, C, D, 32, t) for t in range(1, longest))
+  exact = sum(step_cost(A, C, D, sum(l > t for l in lengths), t) for t in range(1, longest))
+  assert plain_cost(A, C, D, 32, lengths) == pytest.approx(plain, rel=1e-12)
+  assert least_cost(A, C, D, lengths) == pytest.approx(exact, rel=1e-12)
+  assert speedup_bound(A, C, D, 32, lengths) == pytest.approx(plain / exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_schedule_beats_the_bound(seed):
   rng = np.random.RandomState(seed)
-  b, cap, a, c = 32, 512, 0.0233, 0.00267
-  lengths = np.minimum(rng.geometric(1 / rng.uniform(50, 400), b), cap)
-  maxlen, tokens = int(lengths.max()), int(lengths.sum())
-  plain = maxlen * (a + c * b)
-  # Brute force: at step t the decode batch holds exactly the rows still running.
-  live = [(lengths > t).sum() for t in range(maxlen)]
-  exact = sum(a + c * n for n in live)
-  assert speedup_bound(a, c, b, maxlen, tokens) == pytest.approx(plain / exact, rel=1e-12)
-  # Any other schedule of the same row-steps: random batches, each row's steps in order.
-  left, cost, launches = lengths.copy(), 0.0, 0
-  while left.any():
-    run = (left > 0) & (rng.rand(b) < 0.7)
+  lengths = _lengths(rng)
+  bound = speedup_bound(A, C, D, 32, lengths)
+  plain = plain_cost(A, C, D, 32, lengths)
+  # Random batches of rows, each row's tokens in order; a row's k-th token costs c + d·k.
+  done, cost, launches = np.ones(32, int), 0.0, 0  # token 0 comes from the prefill
+  want = np.asarray(lengths)
+  while (done < want).any():
+    run = (done < want) & (rng.rand(32) < 0.6)
     if not run.any():
       continue
-    left[run] -= 1
-    cost += a + c * run.sum()
+    cost += A + sum(C + D * k for k in done[run])
+    done[run] += 1
     launches += 1
-  assert launches >= maxlen
-  assert plain / cost <= speedup_bound(a, c, b, maxlen, tokens) + 1e-12
-  # The halving sampler (checks every 32 steps) gains no more than the bound either.
-  size, halving = b, 0.0
-  for t in range(maxlen):
-    if t and t % 32 == 0:
-      while size // 2 >= max(live[t], 2):
+  assert launches >= max(lengths) - 1
+  assert plain / cost <= bound + 1e-12
+  # The halving sampler (checks every 32 steps, never below 2 rows) gains no more either.
+  size, halving = 32, 0.0
+  for t in range(1, max(lengths)):
+    if t % 32 == 1 and t > 1:
+      while size // 2 >= max(sum(l > t for l in lengths), 2):
         size //= 2
-    halving += a + c * size
-  assert plain / halving <= speedup_bound(a, c, b, maxlen, tokens) + 1e-12
+    halving += step_cost(A, C, D, size, t)
+  assert plain / halving <= bound + 1e-12
