@@ -25,9 +25,10 @@ class SamplerConfig:
   top_p_prefix     top-p without top-k first looks for the nucleus among this many top
                    candidates (`lax.top_k`), falling back to a full-vocabulary sort for
                    the step where the nucleus is wider; the distribution is the same.
-  compact_every    0 off; k > 0: every k decode steps, when at most half of the decode
-                   batch's rows are still running, the running rows move into a batch half
-                   as large (halved again while that holds), so finished rows stop costing
+  compact_every    0 off; k > 0: every k decode steps the running rows move into the
+                   smallest decode batch that holds them, of sizes 2 × (1, 2, .., 8, 10, 12,
+                   14, 16, 20, 24, 28, 32, 40, ..) rows per batch shard (four per doubling;
+                   `rljax.rollout.sampler.compact_size`), so finished rows stop costing
                    decode steps. Every row keeps its own PRNG key and cache: the samples are
                    those of the uncompacted sampler.
   """

@@ -275,11 +275,22 @@ def _batch_unit(mesh) -> int:
   return 1 if mesh is None else int(np.prod([mesh.shape[a] for a in shd.BATCH]))
 
 
+def compact_size(live: int, rows: int, floor: int) -> int:
+  """The decode batch for `live` running rows in a batch of `rows`: the smallest size
+  `floor` × m with m on the ladder 1, 2, .., 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ..
+  (m < 8 or m's binary form has at most 3 significant bits: four sizes per doubling, so a
+  batch compiles few decode programs) that holds the live rows; `rows` if none is smaller."""
+  m = max(1, -(-live // floor))
+  while m >= 8 and m % (1 << (m.bit_length() - 3)):
+    m += 1
+  return min(rows, floor * m)
+
+
 def _decode_compacting(decode, state, ds: DecodeState, cfg: SamplerConfig, mesh,
                        stats: dict) -> tuple:
-  """Decode in segments of `cfg.compact_every` steps; after a segment, halve the decode
-  batch (repeatedly) while the running rows fit, carrying each row's cache, key and
-  outputs. Returns the full batch's outputs (`_outputs` order)."""
+  """Decode in segments of `cfg.compact_every` steps; after a segment, move the running
+  rows into the smallest decode batch of `compact_size`'s ladder that holds them, carrying
+  each row's cache, key and outputs. Returns the full batch's outputs (`_outputs` order)."""
   # At least 2 rows per batch shard: XLA:CPU computes a one-row matmul by another kernel (a
   # matrix-vector product) whose last bits differ; from 2 rows up its GEMM gave each row the
   # same bits at every batch size tried (SmolLM2's rollout was bitwise the plain one's).
@@ -297,9 +308,7 @@ def _decode_compacting(decode, state, ds: DecodeState, cfg: SamplerConfig, mesh,
     done_steps = step
     if step >= n or not live:
       break
-    size = b
-    while size // 2 >= max(live, floor) and (size // 2) % unit == 0:
-      size //= 2
+    size = compact_size(live, b, floor)
     if size < b:
       full = _outputs(ds) if full is None else _scatter_jit(full, _outputs(ds), rows)
       ds, rows = _compact_jit(mesh, size, ds, rows)

@@ -221,7 +221,7 @@ def _assert_same_samples(a, b):
     np.testing.assert_allclose(x[np.isfinite(x)], y[np.isfinite(y)], atol=1e-5, err_msg=f)
 
 
-# Several stop ids: rows end at spread-out steps, so the batch halves several times.
+# Several stop ids: rows end at spread-out steps, so the batch shrinks several times.
 _STOPS = (1, 2, 3, 4, 5)
 
 
@@ -229,7 +229,7 @@ _STOPS = (1, 2, 3, 4, 5)
                                               ("kv4", True, 1.0), ("bf16", False, 1.0),
                                               ("none", True, 0.9)])
 def test_compacting_sampler_draws_the_same_samples(spec, share, top_p, monkeypatch):
-  """compact_every moves the running rows into halved decode batches (a shared prompt cache
+  """compact_every moves the running rows into smaller decode batches (a shared prompt cache
   becomes one prefix per kept row); each row keeps its key and cache, so every recorded
   quantity is today's sampler's, at a fraction of the decode row-steps."""
   from rljax.rollout import sampler as smp
@@ -253,8 +253,8 @@ def test_compacting_sampler_draws_the_same_samples(spec, share, top_p, monkeypat
 
 @pytest.mark.numerics  # golden / equivalence: also under another ISA
 def test_compacting_sampler_on_a_mesh_keeps_batch_shards_and_samples():
-  """On a (2, 2, 2) mesh the decode batch halves down to the 4 batch shards, never below,
-  and the samples equal the plain sampler's on that mesh (greedy too)."""
+  """On a (2, 2, 2) mesh the decode batch shrinks in multiples of the 4 batch shards (2 rows
+  per shard at least), and the samples equal the plain sampler's on that mesh (greedy too)."""
   model = tiny_model(seed=0)
   ids, mask = ragged_prompts([5, 9, 3, 7])
   mesh = make_mesh((2, 2, 2))
@@ -267,10 +267,25 @@ def test_compacting_sampler_on_a_mesh_keeps_batch_shards_and_samples():
   assert r.tokens_BxN.sharding.spec[0] == ("data", "fsdp")
   _assert_same_samples(ref, r)
   sizes = [s for _, s in stats["batch_sizes"]]
-  assert sizes and all(s % 4 == 0 and s >= 4 for s in sizes)
+  assert sizes and all(s % 8 == 0 and s >= 8 for s in sizes)
   greedy = cfg.replace(temperature=0.0, stop_token_ids=(7, 9, 11, 13))
   _assert_same_samples(generate(model, ids, mask, 0, greedy, mesh=mesh),
                        generate(model, ids, mask, 0, greedy.replace(compact_every=2), mesh=mesh))
+
+
+def test_compact_size_is_the_smallest_ladder_batch_that_holds_the_live_rows():
+  from rljax.rollout.sampler import compact_size
+  ladder = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80]
+  for floor in (2, 8):
+    for rows in (32, 64, 30, 160):
+      for live in range(0, rows + 1):
+        size = compact_size(live, rows, floor)
+        fits = [floor * m for m in ladder if floor * m >= max(live, 1)]
+        assert size == min([rows] + fits[:1]), (floor, rows, live)
+        assert size >= live and (size == rows or size % floor == 0)
+  # the 32-row realistic batch: four sizes per doubling
+  assert sorted({compact_size(l, 32, 2) for l in range(33)}) == [
+      2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32]
 
 
 def test_compact_every_is_checked():
