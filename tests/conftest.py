@@ -6,17 +6,33 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent compilation cache for the whole run, the test workers and the trainer
-# subprocesses they start: most tests are compile-bound and many compile the same tiny
+# A persistent compilation cache per test run and per test worker, shared with the trainer
+# subprocesses a worker starts: most tests are compile-bound and many compile the same tiny
 # programs (the `:tiny` update, sampler and eval). A cache key covers the program, the
 # compile options and XLA_FLAGS, so a run under another instruction set
 # (tests/test_portability.py, which also drops the cache) never reads these executables.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+# Fresh for each run and not shared between the xdist workers: JAX writes an entry in place
+# (not atomically), and a worker that read another's half-written entry, or a stale one left
+# by a killed run, crashed in the executable's deserialization (a segfault).
+_OWN_CACHE = "RLJAX_TESTS_JIT_CACHE"  # the run's cache root, when this file chose it
+_ROOT = os.environ.get(_OWN_CACHE, "")
+_MINE = bool(_ROOT) and os.environ.get("JAX_COMPILATION_CACHE_DIR") == os.path.join(_ROOT, "main")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ or _MINE:
   import tempfile as _tempfile
+  if not _MINE:  # the controller (or a run without xdist)
+    os.environ[_OWN_CACHE] = _tempfile.mkdtemp(prefix="rljax_tests_jit_cache_")
+    _CACHE_ROOT_OWNER = True
   os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
-      _tempfile.gettempdir(), f"rljax_tests_jit_cache_{os.getuid()}")
+      os.environ[_OWN_CACHE], os.environ.get("PYTEST_XDIST_WORKER", "main"))
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+
+def pytest_unconfigure(config):
+  """The run's compilation caches go with the run (the process that made the root)."""
+  if globals().get("_CACHE_ROOT_OWNER"):
+    import shutil
+    shutil.rmtree(os.environ.get(_OWN_CACHE, ""), ignore_errors=True)
 
 # Hypothesis: CI (CI=true, set by the CI runner) replays the same derandomized examples on
 # every run, so a red CI is never luck; locally the search is wider and random. Examples it
