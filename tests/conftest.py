@@ -6,24 +6,23 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# A persistent compilation cache per test run and per test worker, shared with the trainer
-# subprocesses a worker starts: most tests are compile-bound and many compile the same tiny
+# One persistent compilation cache per test run, shared by the test workers and the trainer
+# subprocesses they start: most tests are compile-bound and many compile the same tiny
 # programs (the `:tiny` update, sampler and eval). A cache key covers the program, the
 # compile options and XLA_FLAGS, so a run under another instruction set
 # (tests/test_portability.py, which also drops the cache) never reads these executables.
-# Fresh for each run and not shared between the xdist workers: JAX writes an entry in place
-# (not atomically), and a worker that read another's half-written entry, or a stale one left
-# by a killed run, crashed in the executable's deserialization (a segfault).
+# Fresh for each run and removed after it: JAX writes an entry in place (not atomically),
+# and a worker that read a stale half-written entry, left in a cache kept across runs by a
+# killed process, crashed deserializing it (a segfault).
 _OWN_CACHE = "RLJAX_TESTS_JIT_CACHE"  # the run's cache root, when this file chose it
 _ROOT = os.environ.get(_OWN_CACHE, "")
-_MINE = bool(_ROOT) and os.environ.get("JAX_COMPILATION_CACHE_DIR") == os.path.join(_ROOT, "main")
+_MINE = bool(_ROOT) and os.environ.get("JAX_COMPILATION_CACHE_DIR") == _ROOT
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ or _MINE:
   import tempfile as _tempfile
   if not _MINE:  # the controller (or a run without xdist)
     os.environ[_OWN_CACHE] = _tempfile.mkdtemp(prefix="rljax_tests_jit_cache_")
     _CACHE_ROOT_OWNER = True
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(
-      os.environ[_OWN_CACHE], os.environ.get("PYTEST_XDIST_WORKER", "main"))
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_OWN_CACHE]
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
