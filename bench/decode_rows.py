@@ -93,31 +93,19 @@ def main():
       ap.error(f"{a.lengths}: {len(lengths)} lengths up to {max(lengths)}; the bound needs "
                f"{max(sizes)} rows (the largest --rows) and --new up to the longest")
 
-  import jax
-
+  from bench.profile_step import decode_run
   from rljax.models import load_model
   from rljax.models.bundled import smollm2_path
-  from rljax.rollout import SamplerConfig, generate
 
   model = load_model(smollm2_path())
-  rng = np.random.RandomState(0)
-  runs = {}
-  for b in sizes:
-    g = min(b, 8)
-    if b % g:
-      ap.error(f"--rows {b}: not a multiple of 8 (G = 8 samples per prompt)")
-    ids = rng.randint(3, model.cfg.vocab_size, (b // g, 64)).astype(np.int32)
-    for n in [1] + news:
-      cfg = SamplerConfig(max_new_tokens=n, temperature=1.0, num_generations=g,
-                          stop_token_ids=())
-      runs[b, n] = (ids, np.ones_like(ids), cfg)
+  if any(b % min(b, 8) for b in sizes):
+    ap.error("--rows: each size below 8 or a multiple of 8 (G = 8 samples per prompt)")
+  runs = {(b, n): decode_run(model, b, n)[0] for b in sizes for n in [1] + news}
   times = {k: [] for k in runs}
-  seed = 0
   for rnd in range(a.rounds + 1):  # round 0 compiles and warms up, untimed
-    for k, (ids, mask, cfg) in runs.items():
-      seed += 1
+    for k, run in runs.items():
       t = time.perf_counter()
-      jax.block_until_ready(generate(model, ids, mask, jax.random.key(seed), cfg))
+      run()
       if rnd:
         times[k].append(time.perf_counter() - t)
 

@@ -14,24 +14,20 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Fresh for each run and removed after it: JAX writes an entry in place (not atomically),
 # and a worker that read a stale half-written entry, left in a cache kept across runs by a
 # killed process, crashed deserializing it (a segfault).
-_OWN_CACHE = "RLJAX_TESTS_JIT_CACHE"  # the run's cache root, when this file chose it
-_ROOT = os.environ.get(_OWN_CACHE, "")
-_MINE = bool(_ROOT) and os.environ.get("JAX_COMPILATION_CACHE_DIR") == _ROOT
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ or _MINE:
+_CACHE_ROOT = None  # the cache this process made (the controller, or a run without xdist)
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # xdist workers inherit the controller's
   import tempfile as _tempfile
-  if not _MINE:  # the controller (or a run without xdist)
-    os.environ[_OWN_CACHE] = _tempfile.mkdtemp(prefix="rljax_tests_jit_cache_")
-    _CACHE_ROOT_OWNER = True
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_OWN_CACHE]
+  _CACHE_ROOT = _tempfile.mkdtemp(prefix="rljax_tests_jit_cache_")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE_ROOT
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 
 def pytest_unconfigure(config):
-  """The run's compilation caches go with the run (the process that made the root)."""
-  if globals().get("_CACHE_ROOT_OWNER"):
+  """The run's compilation cache goes with the run (removed by the process that made it)."""
+  if _CACHE_ROOT:
     import shutil
-    shutil.rmtree(os.environ.get(_OWN_CACHE, ""), ignore_errors=True)
+    shutil.rmtree(_CACHE_ROOT, ignore_errors=True)
 
 # Hypothesis: CI (CI=true, set by the CI runner) replays the same derandomized examples on
 # every run, so a red CI is never luck; locally the search is wider and random. Examples it
