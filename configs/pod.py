@@ -106,6 +106,10 @@ def get_config(arg=None):
   c.topology = topology
   c.model.path = f"configs/models/{a.model}"
   c.model.param_dtype, c.model.dtype, c.model.remat = "float32", "bfloat16", "full"
+  # dense attention's causal query blocks of 512 (5 per 2560-token row): blocks of 64 unroll
+  # 40 per layer, and the one-layer 4B train program then compiled in 354 s instead of 119 s
+  # on a 2-core box, for 13.7 instead of 13.8 GiB of temporaries per chip
+  c.model.causal_block = 512
   c.mesh.shape = mesh
   # 16 prompts x 8 samples, rubric prompts up to 512 tokens, responses up to 2048
   c.data.batch_size, c.data.max_prompt_len, c.data.max_replay_prompt_len = 128, 512, 256

@@ -10,7 +10,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # subprocesses they start: most tests are compile-bound and many compile the same tiny
 # programs (the `:tiny` update, sampler and eval). A cache key covers the program, the
 # compile options and XLA_FLAGS, so a run under another instruction set
-# (tests/test_portability.py, which also drops the cache) never reads these executables.
+# (tests/test_portability.py, whose subprocess has a cache of its own) never reads these
+# executables.
 # Fresh for each run and removed after it: JAX writes an entry in place (not atomically),
 # and a worker that read a stale half-written entry, left in a cache kept across runs by a
 # killed process, crashed deserializing it (a segfault).

@@ -19,6 +19,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.trainer.helpers import compile_cache_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Σ|params| after the golden fused train step of tests/test_train_step.py (float64 sum of
 # the float32 params): where another ISA orders the step's float32 arithmetic differently,
@@ -40,10 +42,14 @@ def candidate_isas() -> list[str]:
   return ["SSE4_2"]
 
 
-def _env(isa: str | None) -> dict:
+def _env(isa: str | None, cache=None) -> dict:
+  """The subprocess's env: `isa`'s XLA flags and no compilation cache of this run's; with
+  `cache`, a fresh one of its own (the numerics tests compile many programs twice)."""
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(("PYTEST_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
   env["JAX_COMPILATION_CACHE_DIR"] = ""  # compile everything afresh under the other ISA
+  if cache is not None:
+    env.update(compile_cache_env(cache))
   flags = "--xla_force_host_platform_device_count=8"
   env["XLA_FLAGS"] = flags + (f" --xla_cpu_max_isa={isa}" if isa else "")
   env.update(JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
@@ -88,12 +94,12 @@ def test_the_other_instruction_set_changes_float32_results_here():
 
 
 @pytest.mark.slow
-def test_numerics_tests_pass_under_another_instruction_set():
+def test_numerics_tests_pass_under_another_instruction_set(tmp_path):
   isa = _isa_or_skip()
   cmd = [sys.executable, "-m", "pytest", "-q", "-m", "numerics", "-p", "no:cacheprovider",
          "-p", "no:xdist", "tests"]
-  r = subprocess.run(cmd, env=_env(isa), cwd=ROOT, capture_output=True, text=True,
-                     timeout=1800)
+  r = subprocess.run(cmd, env=_env(isa, tmp_path / "jit_cache"), cwd=ROOT,
+                     capture_output=True, text=True, timeout=1800)
   tail = (r.stdout + r.stderr)[-6000:]
   assert r.returncode == 0, f"XLA_FLAGS=--xla_cpu_max_isa={isa}: {' '.join(cmd)}\n{tail}"
   assert " passed" in r.stdout and " failed" not in r.stdout, tail
