@@ -47,9 +47,8 @@ def _env(isa: str | None, cache=None) -> dict:
   `cache`, a fresh one of its own (the numerics tests compile many programs twice)."""
   env = {k: v for k, v in os.environ.items()
          if not k.startswith(("PYTEST_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
-  env["JAX_COMPILATION_CACHE_DIR"] = ""  # compile everything afresh under the other ISA
-  if cache is not None:
-    env.update(compile_cache_env(cache))
+  # compile everything afresh under the other ISA (into `cache` where one is given)
+  env.update(compile_cache_env(cache) if cache is not None else {"JAX_COMPILATION_CACHE_DIR": ""})
   flags = "--xla_force_host_platform_device_count=8"
   env["XLA_FLAGS"] = flags + (f" --xla_cpu_max_isa={isa}" if isa else "")
   env.update(JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
