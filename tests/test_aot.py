@@ -43,25 +43,12 @@ def test_tiny_update_program_and_sampler_compile_for_a_tpu_topology():
   assert rep["ideal_step_seconds"] == pytest.approx(rep["flops"]["total"] / (4 * 197e12))
 
 
-def test_tiny_fused_step_compiles_for_a_tpu_topology():
-  """μ = 1: the fused step (π_old = sg(π_θ) inside it); the train program only."""
-  from configs import cort_grpo
-  from rljax.aot import compile_run
-  cfg = cort_grpo.get_config("tiny")
-  cfg.train.inner_epochs = cfg.train.num_minibatches = 1
-  rep = compile_run(cfg, "v5e:2x2", sampler=False)
-  assert rep["train_program"] == "train_step" and rep["updates_per_step"] == 1
-  assert set(rep["programs"]) == {"train_step"} and rep["flops"]["scoring"] == 0
-  step = rep["programs"]["train_step"]
-  assert step["aliased"] >= rep["state_bytes_per_chip"] > 0
-  assert rep["fits"] and rep["peak_hbm_per_chip"] == step["total"]
-
-
-def test_tiny_qlora_step_compiles_with_the_adapters_as_the_state():
-  """`:tiny,lora=2,qlora=8` at μ = 1: the donated state is the adapters and their moments; the
-  int8 base is an argument; XLA's and the analytic FLOPs are below full fine-tuning's (no
-  weight gradient for the base; at rank 16 the tiny model's adapters, 2·16·(64 + 64) per
-  64 × 64 projection, would cost as much as the gradient they save)."""
+def test_tiny_fused_and_qlora_steps_compile_with_their_state_donated():
+  """μ = 1: the fused step (π_old = sg(π_θ) inside it), the train program only, for `:tiny`
+  and `:tiny,lora=2,qlora=8`. Under QLoRA the donated state is the adapters and their
+  moments; the int8 base is an argument; XLA's and the analytic FLOPs are below full
+  fine-tuning's (no weight gradient for the base; at rank 16 the tiny model's adapters,
+  2·16·(64 + 64) per 64 × 64 projection, would cost as much as the gradient they save)."""
   from configs import cort_grpo
   from rljax.aot import compile_run, format_report
   reps = {}
@@ -70,7 +57,13 @@ def test_tiny_qlora_step_compiles_with_the_adapters_as_the_state():
     cfg.train.inner_epochs = cfg.train.num_minibatches = 1
     reps[arg] = compile_run(cfg, "v5e:2x2", sampler=False)
   full, lora = reps["tiny"], reps["tiny,lora=2,qlora=8"]
-  assert lora["fits"] and lora["lora"]["rank"] == 2 and lora["lora"]["base_bits"] == 8
+  for rep in (full, lora):
+    assert rep["train_program"] == "train_step" and rep["updates_per_step"] == 1
+    assert set(rep["programs"]) == {"train_step"} and rep["flops"]["scoring"] == 0
+    step = rep["programs"]["train_step"]
+    assert step["aliased"] >= rep["state_bytes_per_chip"] > 0
+    assert rep["fits"] and rep["peak_hbm_per_chip"] == step["total"]
+  assert lora["lora"]["rank"] == 2 and lora["lora"]["base_bits"] == 8
   assert len(lora["lora"]["targets"]) == 7 and "LoRA rank 2" in format_report(lora)
   assert lora["opt_state_bytes_per_chip"] < full["opt_state_bytes_per_chip"] / 4
   step = lora["programs"]["train_step"]
