@@ -3,17 +3,17 @@
 XLA:CPU orders float32 sums by the processor it compiles for (vector width, GEMM blocking),
 so a test's float results move in the last bits from one CPU model to the next. A tolerance
 taken from one machine's output (`rtol=1e-9` on a float32 sum) passes there and fails on the
-next. This test reruns the `numerics` tests of the objectives and the train step (RERUN:
-the SPEC goldens and properties, the train step's goldens and equivalences, the replay's) in
-a subprocess compiled for another instruction set (`--xla_cpu_max_isa`: the nearest one
-below this CPU's that changes its float32 train
-step — AVX2 on an AVX-512 machine), which reorders those sums on this very machine (vector
-widths, and so the order of float32 arithmetic, follow the ISA), so such a tolerance fails
-here, before it lands. Where no lower ISA changes the step, both tests skip and say so.
-The other `numerics` tests (the model's and the sampler's equivalences: chunked == naive,
-blockwise == dense, sharded == unsharded) compare two programs compiled for the same CPU, not
-a committed number; rerunning them all doubled this test's time (≈ 610 s on 2 cores), so they
-are left to a run by hand: `XLA_FLAGS=--xla_cpu_max_isa=AVX2 python -m pytest -m numerics tests`.
+next. This test reruns the `numerics` tests in RERUN (the objectives' SPEC goldens and
+properties, the train step's goldens and equivalences, the replay's) in a subprocess compiled
+for another instruction set (`--xla_cpu_max_isa`: the nearest one below this CPU's that
+changes its float32 train step — AVX2 on an AVX-512 machine), which reorders those sums on
+this very machine (vector widths, and so the order of float32 arithmetic, follow the ISA), so
+such a tolerance fails here, before it lands. Where no lower ISA changes the step, both
+tests skip and say so. The other `numerics` tests (the model's and the sampler's
+equivalences: chunked == naive, blockwise == dense, sharded == unsharded) compare two programs
+compiled for the same CPU, not a committed number; rerunning them all doubled this test's
+time (≈ 610 s on 2 cores), so they are left to a run by hand:
+`XLA_FLAGS=--xla_cpu_max_isa=AVX2 python -m pytest -m numerics tests`.
 """
 import functools
 import os
