@@ -22,7 +22,8 @@ import ml_dtypes
 import numpy as np
 
 from rljax.models.config import ModelConfig, config_from_hf_dict, config_to_hf_dict, load_hf_config
-from rljax.models.files import BadModelFile, open_gguf, read_json, safetensors_header
+from rljax.models.files import BadModelFile, read_json, safetensors_header
+from rljax.models.gguf_file import open_gguf
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "F64": np.float64, "I64": np.int64, "I32": np.int32}
@@ -160,8 +161,7 @@ class GGUFSource:
 
   def __init__(self, path: str, cfg: ModelConfig):
     self.path, self.cfg = path, cfg
-    self._reader = open_gguf(path)
-    self._tensors = {t.name: t for t in self._reader.tensors}
+    self._tensors = {t.name: t for t in open_gguf(path).tensors}
 
   def _gguf_name(self, key: str) -> str:
     if key.startswith("model.layers."):
@@ -203,8 +203,7 @@ class GGUFSource:
 def gguf_config(path: str, **overrides) -> ModelConfig:
   """ModelConfig from GGUF metadata (llama / qwen2 / qwen3 architectures)."""
   r = open_gguf(path)
-  meta = {k: f.contents() for k, f in r.fields.items()
-          if k not in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")}
+  meta = r.fields
   arch = meta.get("general.architecture")
   names = {t.name for t in r.tensors}
   if "rope_freqs.weight" in names:
@@ -220,7 +219,7 @@ def gguf_config(path: str, **overrides) -> ModelConfig:
   heads = int(m("attention.head_count"))
   hidden = int(m("embedding_length"))
   d = {"model_type": arch, "vocab_size": int(m("vocab_size", 0)) or
-       len(r.fields["tokenizer.ggml.tokens"].data),
+       len(meta["tokenizer.ggml.tokens"]),
        "hidden_size": hidden, "intermediate_size": int(m("feed_forward_length")),
        "num_hidden_layers": int(m("block_count")), "num_attention_heads": heads,
        "num_key_value_heads": int(m("attention.head_count_kv", heads)),

@@ -69,14 +69,3 @@ def safetensors_header(path: str, dtype_sizes: dict[str, int]) -> tuple[dict, in
       raise BadModelFile(f"{path}:{name}: {end - start} bytes for shape {shape} {dtype}")
   return header, 8 + n
 
-
-def open_gguf(path: str):
-  """gguf.GGUFReader(path); a corrupt or truncated file raises BadModelFile naming it."""
-  import gguf
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path}: no such GGUF file")
-  try:
-    return gguf.GGUFReader(path)
-  except Exception as e:  # noqa: BLE001 - gguf raises ValueError, struct.error, IndexError...
-    raise BadModelFile(f"{path}: not a readable GGUF file (corrupt or truncated? "
-                       f"{type(e).__name__}: {e})") from e

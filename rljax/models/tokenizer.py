@@ -34,12 +34,11 @@ def gguf_tokenizer(path: str):
   from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
   from transformers import PreTrainedTokenizerFast
 
-  from rljax.models.files import open_gguf
-  r = open_gguf(path)
-  f = r.fields
+  from rljax.models.gguf_file import open_gguf
+  f = open_gguf(path).fields
 
   def val(key, default=None):
-    return f[key].contents() if key in f else default
+    return f.get(key, default)
 
   kind = val("tokenizer.ggml.model")
   if kind != "gpt2":
