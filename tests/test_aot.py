@@ -16,33 +16,6 @@ pytestmark = pytest.mark.skipif(
            "deviceless TPU compilation needs it")
 
 
-def test_tiny_update_program_and_sampler_compile_for_a_tpu_topology():
-  """:tiny at its defaults: 2 epochs x 2 mini-batches, the program Trainer jits for μ > 1."""
-  from configs import cort_grpo
-  from rljax.aot import compile_run, format_report, model_config, step_flops
-  cfg = cort_grpo.get_config("tiny")
-  assert (cfg.train.inner_epochs, cfg.train.num_minibatches) == (2, 2)
-  rep = compile_run(cfg, "v5e:2x2")
-  assert rep["chips"] == 4 and rep["chip"] == "TPU v5 lite"
-  assert rep["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
-  assert rep["train_program"] == "update_batch" and rep["updates_per_step"] == 4
-  assert set(rep["programs"]) == {"train_step", "prefill", "decode"}
-  step = rep["programs"]["train_step"]
-  # the state is donated: its buffers are aliased to the outputs
-  assert step["aliased"] >= rep["state_bytes_per_chip"] > 0
-  assert step["arguments"] >= rep["state_bytes_per_chip"]
-  for m in rep["programs"].values():
-    assert m["total"] > 0 and m["arguments"] > 0
-  assert rep["fits"] and rep["peak_hbm_per_chip"] < rep["hbm_per_chip"] == 16 << 30
-  text = format_report(rep)
-  assert "fits" in text and "4 update(s) per step" in text and "decode" in text
-  d, n = cfg.data, cfg.rollout.max_new_tokens
-  want = step_flops(model_config(cfg), d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
-                    n, False, True, False, epochs=2, num_minibatches=2)
-  assert rep["flops"] == want and want["scoring"] > 0
-  assert rep["ideal_step_seconds"] == pytest.approx(rep["flops"]["total"] / (4 * 197e12))
-
-
 def test_tiny_fused_and_qlora_steps_compile_with_their_state_donated():
   """μ = 1: the fused step (π_old = sg(π_θ) inside it), the train program only, for `:tiny`
   and `:tiny,lora=2,qlora=8`. Under QLoRA the donated state is the adapters and their
@@ -166,25 +139,44 @@ def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
   assert "f32[1,8,1,128]" in next(x for x in lines if "paged_attention" in x)
 
 
-def test_disaggregated_sampler_and_trainer_compile_on_disjoint_halves():
-  """rollout.placement=disaggregated: the sampler's programs on 2 chips, the step on the
-  other 2, each per-chip peak reported; the sampler's chips hold no optimizer state."""
+def test_tiny_update_program_and_sampler_compile_on_disjoint_halves_of_a_tpu_topology():
+  """:tiny at its defaults (2 epochs x 2 mini-batches: the multi-update program Trainer jits
+  for μ > 1) with rollout.placement=disaggregated: the sampler's prefill and decode on 2
+  chips of v5e:2x2, the train step on the other 2, each per-chip peak reported; the state is
+  donated; the sampler's chips hold no optimizer state; the FLOPs are the analytic count."""
   from configs import cort_grpo
-  from rljax.aot import compile_run, format_report
+  from rljax.aot import compile_run, format_report, model_config, step_flops
   cfg = cort_grpo.get_config("tiny")
+  assert (cfg.train.inner_epochs, cfg.train.num_minibatches) == (2, 2)
   cfg.rollout.placement, cfg.rollout.num_devices, cfg.rollout.max_staleness = (
       "disaggregated", 2, 1)
   rep = compile_run(cfg, "v5e:2x2")
+  assert rep["chip"] == "TPU v5 lite" and rep["hbm_per_chip"] == 16 << 30
+  assert rep["train_program"] == "update_batch" and rep["updates_per_step"] == 4
   pl = rep["placement"]
   assert (pl["sampler_chips"], pl["trainer_chips"]) == (2, 2)
   assert rep["mesh"] == {"data": 1, "fsdp": 2, "tensor": 1}
   progs = rep["programs"]
-  assert pl["peak_hbm_per_trainer_chip"] == progs["train_step"]["total"]
+  assert set(progs) == {"train_step", "prefill", "decode"}
+  for m in progs.values():
+    assert m["total"] > 0 and m["arguments"] > 0
+  step = progs["train_step"]
+  # the state is donated: its buffers are aliased to the outputs
+  assert step["aliased"] >= rep["state_bytes_per_chip"] > 0
+  assert step["arguments"] >= rep["state_bytes_per_chip"]
+  assert pl["peak_hbm_per_trainer_chip"] == step["total"]
   assert pl["peak_hbm_per_sampler_chip"] == max(progs["prefill"]["total"],
                                                 progs["decode"]["total"])
   assert pl["peak_hbm_per_sampler_chip"] < rep["opt_state_bytes_per_chip"] + \
       progs["decode"]["total"]
-  assert rep["fits"] and "per sampler chip" in format_report(rep)
+  assert rep["fits"] and rep["peak_hbm_per_chip"] < rep["hbm_per_chip"]
+  text = format_report(rep)
+  assert "per sampler chip" in text and "4 update(s) per step" in text and "decode" in text
+  d, n = cfg.data, cfg.rollout.max_new_tokens
+  want = step_flops(model_config(cfg), d.batch_size, d.max_prompt_len, d.max_replay_prompt_len,
+                    n, False, True, False, epochs=2, num_minibatches=2)
+  assert rep["flops"] == want and want["scoring"] > 0
+  assert rep["ideal_step_seconds"] == pytest.approx(rep["flops"]["total"] / (4 * 197e12))
 
 
 def test_aot_cli_is_the_shared_cli(capsys):
