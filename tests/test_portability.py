@@ -8,8 +8,8 @@ properties, the train step's goldens and equivalences, the replay's) in a subpro
 for another instruction set (`--xla_cpu_max_isa`: the nearest one below this CPU's that
 changes its float32 train step — AVX2 on an AVX-512 machine), which reorders those sums on
 this very machine (vector widths, and so the order of float32 arithmetic, follow the ISA), so
-such a tolerance fails here, before it lands. Where no lower ISA changes the step, both
-tests skip and say so. The other `numerics` tests (the model's and the sampler's
+such a tolerance fails here, before it lands. Where no lower ISA changes the step, the
+test skips and says so. The other `numerics` tests (the model's and the sampler's
 equivalences: chunked == naive, blockwise == dense, sharded == unsharded) compare two programs
 compiled for the same CPU, not a committed number; rerunning them all doubled this test's
 time (≈ 610 s on 2 cores), so they are left to a run by hand:
@@ -87,19 +87,15 @@ def _isa_or_skip() -> str:
   return isa
 
 
-def test_the_other_instruction_set_changes_float32_results_here():
-  """The setting the numerics run uses does change float32 results on this machine (else
-  the run below would prove nothing): the golden train step's Σ|params| moves in the last
-  bits (seen on an AVX-512 machine: 5.9e-8 relative under AVX2, 1.9e-8 under AVX)."""
-  _isa_or_skip()
+@pytest.mark.slow
+def test_numerics_tests_pass_under_another_instruction_set(tmp_path):
+  """First, the setting the rerun uses does change float32 results on this machine (else the
+  rerun would prove nothing): the golden train step's Σ|params| moves in the last bits (seen
+  on an AVX-512 machine: 5.9e-8 relative under AVX2, 1.9e-8 under AVX). Then the rerun."""
+  isa = _isa_or_skip()
   _, native, other = reordering_isa()
   np.testing.assert_allclose(other, native, rtol=1e-6)  # the same computation
   assert other != native
-
-
-@pytest.mark.slow
-def test_numerics_tests_pass_under_another_instruction_set(tmp_path):
-  isa = _isa_or_skip()
   cmd = [sys.executable, "-m", "pytest", "-q", "-m", "numerics", "-p", "no:cacheprovider",
          "-p", "no:xdist", *RERUN]
   r = subprocess.run(cmd, env=_env(isa, tmp_path / "jit_cache"), cwd=ROOT,
