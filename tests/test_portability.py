@@ -15,7 +15,6 @@ compiled for the same CPU, not a committed number; rerunning them all doubled th
 time (≈ 610 s on 2 cores), so they are left to a run by hand:
 `XLA_FLAGS=--xla_cpu_max_isa=AVX2 python -m pytest -m numerics tests`.
 """
-import functools
 import os
 import subprocess
 import sys
@@ -67,24 +66,16 @@ def _probe(isa: str | None) -> float:
   return float(r.stdout.strip().splitlines()[-1])
 
 
-@functools.lru_cache(maxsize=None)
-def reordering_isa() -> tuple[str | None, float, float]:
+def _isa_or_skip() -> tuple[str, float, float]:
   """(the nearest lower ISA whose golden train step differs from this CPU's in the last bits,
-  native Σ|params|, its Σ|params|); (None, native, native) when none does."""
+  native Σ|params|, its Σ|params|); skips the test when none does."""
   native = _probe(None)
   for isa in candidate_isas():
     other = _probe(isa)
     if other != native:
       return isa, native, other
-  return None, native, native
-
-
-def _isa_or_skip() -> str:
-  isa = reordering_isa()[0]
-  if isa is None:
-    pytest.skip(f"none of --xla_cpu_max_isa={candidate_isas()} changes this CPU's float32 "
-                "train step")
-  return isa
+  pytest.skip(f"none of --xla_cpu_max_isa={candidate_isas()} changes this CPU's float32 "
+              "train step")
 
 
 @pytest.mark.slow
@@ -92,8 +83,7 @@ def test_numerics_tests_pass_under_another_instruction_set(tmp_path):
   """First, the setting the rerun uses does change float32 results on this machine (else the
   rerun would prove nothing): the golden train step's Σ|params| moves in the last bits (seen
   on an AVX-512 machine: 5.9e-8 relative under AVX2, 1.9e-8 under AVX). Then the rerun."""
-  isa = _isa_or_skip()
-  _, native, other = reordering_isa()
+  isa, native, other = _isa_or_skip()
   np.testing.assert_allclose(other, native, rtol=1e-6)  # the same computation
   assert other != native
   cmd = [sys.executable, "-m", "pytest", "-q", "-m", "numerics", "-p", "no:cacheprovider",

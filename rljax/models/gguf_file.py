@@ -25,15 +25,17 @@ from rljax.models.files import BadModelFile
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
            12: "d"}
 _STRING, _ARRAY = 8, 9
-_FLOAT_TYPES = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32,
-                27: np.int64, 28: np.float64}  # ggml types stored as plain numpy items
+# ggml tensor types stored as plain numpy items (F32, F16, I8, I16, I32, I64, F64); the others
+# are quantized blocks, read as bytes
+_PLAIN_TYPES = {0: np.float32, 1: np.float16, 24: np.int8, 25: np.int16, 26: np.int32,
+                27: np.int64, 28: np.float64}
 
 
 class GGUFTensor(NamedTuple):
   name: str
   tensor_type: Any   # gguf.GGMLQuantizationType
   shape: tuple       # GGUF order: the fastest-varying dimension first (numpy's reversed)
-  data: np.ndarray   # float types: numpy-shaped items; quantized: uint8 rows of blocks
+  data: np.ndarray   # plain types: numpy-shaped items; quantized: uint8 rows of blocks
 
 
 class GGUFFile(NamedTuple):
@@ -139,8 +141,8 @@ def read_gguf(path: str) -> GGUFFile:
       raise BadModelFile(f"{path}:{name}: truncated file: the tensor's bytes end at "
                          f"{at + n_bytes} but the file holds {len(buf)}")
     np_dims = tuple(reversed(dims))
-    if raw_type in _FLOAT_TYPES:
-      data = np.frombuffer(buf, _FLOAT_TYPES[raw_type], n_elems, at).reshape(np_dims)
+    if raw_type in _PLAIN_TYPES:
+      data = np.frombuffer(buf, _PLAIN_TYPES[raw_type], n_elems, at).reshape(np_dims)
     else:
       data = np.frombuffer(buf, np.uint8, n_bytes, at).reshape(
           quant_shape_to_byte_shape(np_dims, qtype))
