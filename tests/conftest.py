@@ -1,9 +1,12 @@
-"""Test setup: 8 fake CPU devices, forced before JAX starts."""
+"""Test setup: 8 fake CPU devices and fast compiles (-O0), forced before JAX starts."""
 import os
 
+from tests.trainer.helpers import TEST_XLA_FLAGS as _FAST_COMPILE
+
 _FLAG = "--xla_force_host_platform_device_count=8"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+for _f in (_FLAG, _FAST_COMPILE):  # unless XLA_FLAGS sets them already
+  if _f.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _f).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache per test run, shared by the test workers and the trainer

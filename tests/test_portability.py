@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.trainer.helpers import compile_cache_env
+from tests.trainer.helpers import compile_cache_env, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RERUN = ("tests/objectives", "tests/test_train_step.py", "tests/test_replay.py")
@@ -53,8 +53,7 @@ def _env(isa: str | None, cache=None) -> dict:
          if not k.startswith(("PYTEST_", "JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
   # compile everything afresh under the other ISA (into `cache` where one is given)
   env.update(compile_cache_env(cache) if cache is not None else {"JAX_COMPILATION_CACHE_DIR": ""})
-  flags = "--xla_force_host_platform_device_count=8"
-  env["XLA_FLAGS"] = flags + (f" --xla_cpu_max_isa={isa}" if isa else "")
+  env["XLA_FLAGS"] = xla_flags(8) + (f" --xla_cpu_max_isa={isa}" if isa else "")
   env.update(JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", PYTHONPATH=ROOT)
   return env
 

@@ -28,7 +28,7 @@ sys.path.insert(0, ROOT)
 from rljax.loop import pipeline as pipe  # noqa: E402
 from rljax.sweep import load_config_module  # noqa: E402
 from rljax.trainer import Trainer  # noqa: E402
-from tests.trainer.helpers import compile_cache_env  # noqa: E402
+from tests.trainer.helpers import compile_cache_env, xla_flags  # noqa: E402
 
 
 def _run(tmp_path, name, steps, devices=8, config="cort_grpo", arg="tiny", **over):
@@ -124,7 +124,7 @@ def test_disaggregated_k1_equals_colocated_lag1(tmp_path):
   # SIGKILL after the step-2 checkpoint (batch 2, drawn from version 1, is in flight and
   # saved with it), rerun: the run resumes and ends with the uninterrupted run's params
   wd, data = str(tmp_path / "killed"), str(tmp_path / "tfds")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+  env = dict(os.environ, XLA_FLAGS=xla_flags(8),
              **compile_cache_env(tmp_path / "jit_cache"))
   proc = subprocess.Popen(_cli(wd, data, 4), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT)

@@ -30,7 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.trainer.helpers import compile_cache_env
+from tests.trainer.helpers import compile_cache_env, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS, KILL_AT, TOL = 3, 2, 1e-5
@@ -45,7 +45,7 @@ def _cmd(wd, data_dir):
 def _env(devices, cache, processes, process, port):
   """A run of `processes` processes (1 too: jax.distributed, so gloo collectives)."""
   return dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu",
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+              XLA_FLAGS=xla_flags(devices),
               **compile_cache_env(cache),
               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(processes),
               JAX_PROCESS_ID=str(process))

@@ -10,7 +10,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.trainer.helpers import compile_cache_env
+from tests.trainer.helpers import compile_cache_env, xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 5
@@ -25,7 +25,7 @@ def _cmd(wd, data_dir, steps=STEPS, sync_every=1):
 
 def _env(cache=None):
   env = dict(os.environ, HF_HUB_OFFLINE="1", JAX_PLATFORMS="cpu")
-  env["XLA_FLAGS"] = ""  # one CPU device, like a plain run
+  env["XLA_FLAGS"] = xla_flags(1)  # one CPU device, like a plain run
   if cache:  # later runs load the first run's compiled programs (the same executables)
     env.update(compile_cache_env(cache))
   return env
