@@ -68,3 +68,21 @@ def pytest_collection_modifyitems(config, items):
     return next((i for i, p in enumerate(_HEAVY_FIRST) if nodeid.startswith(p)),
                 len(_HEAVY_FIRST))
   items.sort(key=rank)  # stable: the rest keep their order
+
+
+import pytest as _pytest  # noqa: E402
+
+
+@_pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """After each test module, JAX's in-memory caches of traced and compiled programs go: an
+  xdist worker runs ~400 tests and kept every program it compiled (7-11 GB of RSS late in a
+  full run). Measured on tests/trainer/test_loop.py, tests/test_packing.py and
+  tests/rollout/test_sampler.py in one process: peak RSS 2.91 -> 2.63 GB, 566 -> 541 s (a
+  later module's programs still load from the run's persistent cache)."""
+  yield
+  import gc
+  import sys
+  if "jax" in sys.modules:
+    sys.modules["jax"].clear_caches()
+  gc.collect()
