@@ -1,6 +1,8 @@
 """Test setup: 8 fake CPU devices and fast compiles (-O0), forced before JAX starts."""
 import os
 
+import pytest
+
 from tests.trainer.helpers import TEST_XLA_FLAGS as _FAST_COMPILE
 
 _FLAG = "--xla_force_host_platform_device_count=8"
@@ -70,10 +72,7 @@ def pytest_collection_modifyitems(config, items):
   items.sort(key=rank)  # stable: the rest keep their order
 
 
-import pytest as _pytest  # noqa: E402
-
-
-@_pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
   """After each test module, JAX's in-memory caches of traced and compiled programs go: an
   xdist worker runs ~400 tests and kept every program it compiled (7-11 GB of RSS late in a
