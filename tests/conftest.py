@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-from tests.trainer.helpers import TEST_XLA_FLAGS as _FAST_COMPILE
+from tests.trainer.helpers import TEST_OPT_LEVEL
 
 _FLAG = "--xla_force_host_platform_device_count=8"
-for _f in (_FLAG, _FAST_COMPILE):  # unless XLA_FLAGS sets them already
+for _f in (_FLAG, TEST_OPT_LEVEL):  # unless XLA_FLAGS sets them already
   if _f.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _f).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -81,7 +81,7 @@ def _release_compiled_programs():
   later module's programs still load from the run's persistent cache)."""
   yield
   import gc
-  import sys
-  if "jax" in sys.modules:
-    sys.modules["jax"].clear_caches()
+
+  import jax
+  jax.clear_caches()
   gc.collect()
