@@ -377,8 +377,8 @@ def run(out: str, quick: bool = False, seed: int = 0, study: str = STUDY, **over
   """`over`: config entries on top of the committed design (e.g. `cort_delta_eos`'s)."""
   timer = common.Timer()
   cfg = {"model": "SmolLM2-135M-Instruct (bundled GGUF, float32)", "split": "heldout",
-         "n_prompts": 6 if quick else 200, "max_new_tokens": 24 if quick else 96,
-         "temperature": 0.7, "top_k": 0, "top_p": 1.0, "batch": 6 if quick else 20,
+         "n_prompts": 4 if quick else 200, "max_new_tokens": 24 if quick else 96,
+         "temperature": 0.7, "top_k": 0, "top_p": 1.0, "batch": 4 if quick else 20,
          "eta": 0.5, "tau": 1.0, "lambda": 1.0, "seed": seed, "n_boot": 50 if quick else 1000,
          "tries": 1, **over}
   recs, tok = collect(cfg, cache=os.path.join(out, "runs"))
