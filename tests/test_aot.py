@@ -110,7 +110,7 @@ def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
   params = jax.tree.map(shaped, pure, shd.param_shardings(pure, mesh))
   batch = lambda shape: jax.ShapeDtypeStruct(shape, jnp.int32,
                                              sharding=shd.batch_sharding(mesh, shape))
-  cache = jax.eval_shape(lambda: init_cache(cfg, 4, 256))  # bfloat16, [L, B, S, K, E]
+  cache = jax.eval_shape(lambda: init_cache(cfg, 4, 256))  # bfloat16, [L, B, K, S, E]
   cache = jax.tree.map(lambda x: shaped(x, NamedSharding(mesh, P(*{
       5: (None, ("data", "fsdp")), 2: (("data", "fsdp"),)}.get(x.ndim, ())))), cache)
 

@@ -47,38 +47,58 @@ def attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, causal_block: int 
   return o.reshape(b, t, h, e)
 
 
-def prefix_attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, pk_PxSpxKxE,
-                     pv_PxSpxKxE, pvalid_PxSp):
-  """`attention` over a shared prefix followed by each row's own keys: rows
+def cache_attention(q_BxTxHxE, k_BxKxSxE, v_BxKxSxE, allowed_BxTxS):
+  """`attention` over keys / values stored kv-head-major, as the KV cache keeps them: each
+  head's slots contiguous ([B, K, S, E]), the operand layout of both products (batch b, k),
+  so a decode step reads the cache in place instead of transposing a copy of it per layer
+  (`bench/decode_rows.py`). Equals `attention(q, swapaxes(k, 1, 2), swapaxes(v, 1, 2),
+  allowed)` to float32 rounding."""
+  b, t, h, e = q_BxTxHxE.shape
+  kh = k_BxKxSxE.shape[1]
+  q = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
+  s = jnp.einsum("btkge,bkse->bkgts", q, k_BxKxSxE,
+                 preferred_element_type=jnp.float32) / math.sqrt(e)
+  s = jnp.where(allowed_BxTxS[:, None, None], s, _NEG)
+  p = jax.nn.softmax(s, axis=-1).astype(v_BxKxSxE.dtype)
+  # the product in its natural output order (a plain batched matmul), then the queries'
+  # axis moved: [B, K, G, T, E] -> [B, T, K, G, E]
+  o = jnp.einsum("bkgts,bkse->bkgte", p, v_BxKxSxE)
+  return jnp.moveaxis(o, 3, 1).reshape(b, t, h, e)
+
+
+def prefix_attention(q_BxTxHxE, k_BxKxSxE, v_BxKxSxE, allowed_BxTxS, pk_PxKxSpxE,
+                     pv_PxKxSpxE, pvalid_PxSp):
+  """`cache_attention` over a shared prefix followed by each row's own keys: rows
   `i * R .. (i + 1) * R - 1` (R = B / P) continue prompt i, whose keys / values
   `pk[i]` / `pv[i]` (valid where `pvalid[i]`; every prefix slot precedes every query) are
-  stored once rather than once per row. Equals `attention` over the keys
-  `concat([repeat(pk, R), k], 1)` (values alike) with the mask `concat([repeat(pvalid, R)`
+  stored once rather than once per row. Equals `cache_attention` over the keys
+  `concat([repeat(pk, R), k], 2)` (values alike) with the mask `concat([repeat(pvalid, R)`
   broadcast over T`, allowed], -1)`: one softmax over the prefix slots then the row's own,
   in that order. The prefix is stored once per prompt (a sampler's G samples share its
   prefill) and expanded to the rows inside the step: each row's products then have the same
   shapes however the rows are grouped — R rows per prompt, or one row per prefix as in the
-  compacting sampler — rather than R rows folded into one matmul, whose last bits differ."""
+  compacting sampler — rather than R rows folded into one matmul, whose last bits differ.
+  Keys and values are kv-head-major, as the cache stores them (`cache_attention`)."""
   b, t, h, e = q_BxTxHxE.shape
-  p, sp, kh, _ = pk_PxSpxKxE.shape
+  p, kh, sp, _ = pk_PxKxSpxE.shape
   r, g = b // p, h // kh
   q = q_BxTxHxE.reshape(b, t, kh, g, e)
   # (the barrier keeps XLA from folding the repeat back into the matmul's rows)
   rows = lambda x: x if r == 1 else jax.lax.optimization_barrier(jnp.repeat(x, r, axis=0))
-  s_pre = jnp.einsum("btkge,bske->bkgts", q, rows(pk_PxSpxKxE),
+  s_pre = jnp.einsum("btkge,bkse->bkgts", q, rows(pk_PxKxSpxE),
                      preferred_element_type=jnp.float32)
-  s_own = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE, preferred_element_type=jnp.float32)
+  s_own = jnp.einsum("btkge,bkse->bkgts", q, k_BxKxSxE, preferred_element_type=jnp.float32)
   s = jnp.concatenate([s_pre, s_own], -1) / math.sqrt(e)
   allowed = jnp.concatenate(
       [jnp.broadcast_to(jnp.repeat(pvalid_PxSp, r, axis=0)[:, None], (b, t, sp)),
        allowed_BxTxS], -1)
   s = jnp.where(allowed[:, None, None], s, _NEG)
-  pr = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
+  pr = jax.nn.softmax(s, axis=-1).astype(v_BxKxSxE.dtype)
   f32 = jnp.float32  # the two partial products are summed before one rounding to v's dtype
-  o = jnp.einsum("bkgts,bske->btkge", pr[..., :sp], rows(pv_PxSpxKxE),
+  o = jnp.einsum("bkgts,bkse->bkgte", pr[..., :sp], rows(pv_PxKxSpxE),
                  preferred_element_type=f32)
-  o = o + jnp.einsum("bkgts,bske->btkge", pr[..., sp:], v_BxSxKxE, preferred_element_type=f32)
-  return o.reshape(b, t, h, e).astype(v_BxSxKxE.dtype)
+  o = o + jnp.einsum("bkgts,bkse->bkgte", pr[..., sp:], v_BxKxSxE, preferred_element_type=f32)
+  return jnp.moveaxis(o, 3, 1).reshape(b, t, h, e).astype(v_BxKxSxE.dtype)
 
 
 def _blocks(k, v, allowed, c):

@@ -20,8 +20,8 @@ import numpy as np
 from flax import nnx
 
 from rljax.models import backend, pallas_attention
-from rljax.models.attention import (attention, blockwise_attention, prefix_attention,
-                                    sdpa_attention)
+from rljax.models.attention import (attention, blockwise_attention, cache_attention,
+                                    prefix_attention, sdpa_attention)
 from rljax.models.config import ModelConfig
 from rljax.models.lora import LoraConfig, dequantize
 from rljax.models.quant import WEIGHT_INPUT_AXES
@@ -33,19 +33,21 @@ REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_bat
 
 
 class KVCache(NamedTuple):
-  """Static-shape cache. `valid_BxS` marks slots holding real (non-pad) keys.
+  """Static-shape cache. `valid_BxS` marks slots holding real (non-pad) keys. Keys and
+  values are kv-head-major ([L, B, K, S, E]: a head's slots contiguous), the layout
+  attention's products read (`rljax.models.attention.cache_attention`).
 
   A quantized cache (`init_cache(..., kv_bits=8|4)`) stores keys and values as integers
   (int8; int4 packed two per byte, so the last axis is E/2) with one float32 scale per
-  token and head in `k_scale_LxBxSxK` / `v_scale_LxBxSxK`; the model's `numerics` hook
+  token and head in `k_scale_LxBxKxS` / `v_scale_LxBxKxS`; the model's `numerics` hook
   (`kv_store` / `kv_load`) converts, with the same arithmetic as its fake-quantized `kv`.
   """
-  k_LxBxSxKxE: jax.Array
-  v_LxBxSxKxE: jax.Array
+  k_LxBxKxSxE: jax.Array
+  v_LxBxKxSxE: jax.Array
   valid_BxS: jax.Array
   index: jax.Array  # int32 scalar: next slot to write (same for every row)
-  k_scale_LxBxSxK: jax.Array | None = None
-  v_scale_LxBxSxK: jax.Array | None = None
+  k_scale_LxBxKxS: jax.Array | None = None
+  v_scale_LxBxKxS: jax.Array | None = None
   prefix: SharedPrefix | None = None  # keys every row of a group attends first
 
 
@@ -56,11 +58,11 @@ class SharedPrefix(NamedTuple):
   instead of copying it to each of its G samples, so a decode step reads it once per
   prompt. Same layout (and integer storage, with scales) as `KVCache`; the row cache then
   holds only the generated tokens, and positions continue the prompt's."""
-  k_LxPxSxKxE: jax.Array
-  v_LxPxSxKxE: jax.Array
+  k_LxPxKxSxE: jax.Array
+  v_LxPxKxSxE: jax.Array
   valid_PxS: jax.Array
-  k_scale_LxPxSxK: jax.Array | None = None
-  v_scale_LxPxSxK: jax.Array | None = None
+  k_scale_LxPxKxS: jax.Array | None = None
+  v_scale_LxPxKxS: jax.Array | None = None
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None,
@@ -71,13 +73,13 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None,
   l, k, e = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
   valid, index = jnp.zeros((batch, max_len), bool), jnp.zeros((), jnp.int32)
   if not kv_bits:
-    shape = (l, batch, max_len, k, e)
+    shape = (l, batch, k, max_len, e)
     dtype = dtype or cfg.jnp_dtype
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), valid, index)
   if kv_bits == 4 and e % 2:
     raise ValueError(f"init_cache: int4 KV packs two values per byte; head_dim {e} is odd")
-  shape = (l, batch, max_len, k, e if kv_bits == 8 else e // 2)
-  scale = jnp.ones((l, batch, max_len, k), jnp.float32)
+  shape = (l, batch, k, max_len, e if kv_bits == 8 else e // 2)
+  scale = jnp.ones((l, batch, k, max_len), jnp.float32)
   return KVCache(jnp.zeros(shape, jnp.int8), jnp.zeros(shape, jnp.int8), valid, index,
                  scale, scale)
 
@@ -366,30 +368,31 @@ class Decoder(nnx.Module):
     valid = jax.lax.dynamic_update_slice(cache.valid_BxS, mask_BxT, (0, idx))
     q_slot = idx + jnp.arange(t)
     allowed = (jnp.arange(w)[None, :] <= q_slot[:, None])[None] & valid[:, None, :w]
-    quantized = cache.k_scale_LxBxSxK is not None
+    quantized = cache.k_scale_LxBxKxS is not None
     if quantized and not hasattr(self.numerics, "kv_store"):
       raise ValueError("Decoder: an integer KV cache needs a `numerics` hook with "
                        "kv_store / kv_load (rljax.rollout.QuantNumerics with kv_bits)")
     zero = jnp.zeros((), jnp.int32)
-    attn = attention
+    attn = cache_attention
     prefix = cache.prefix
     if prefix is not None:
       if cache.valid_BxS.shape[0] % prefix.valid_PxS.shape[0]:
         raise ValueError(f"Decoder: {cache.valid_BxS.shape[0]} cache rows are not a multiple "
                          f"of the {prefix.valid_PxS.shape[0]} shared prefixes")
-      pnames = ("k_LxPxSxKxE", "v_LxPxSxKxE") + (("k_scale_LxPxSxK", "v_scale_LxPxSxK")
+      pnames = ("k_LxPxKxSxE", "v_LxPxKxSxE") + (("k_scale_LxPxKxS", "v_scale_LxPxKxS")
                                                   if quantized else ())
       pre_xs = tuple(getattr(prefix, n) for n in pnames)
     else:
       pre_xs = ()
     if (t == 1 and not quantized and prefix is None and attention_impl(cfg) == "splash"
-        and pallas_attention.paged_decode_supported(cfg.head_dim, cache.k_LxBxSxKxE.dtype)):
+        and pallas_attention.paged_decode_supported(cfg.head_dim, cache.k_LxBxKxSxE.dtype)):
       attn = lambda q, k, v, _: pallas_attention.paged_decode_attention(
-          q[:, 0], k, v, valid[:, :w])[:, None]
+          q[:, 0], _slot_major(k), _slot_major(v), valid[:, :w])[:, None]
     elif t > 1 and attention_impl(cfg) == "cudnn":  # a prefill (decode steps stay dense)
-      attn = functools.partial(sdpa_attention, implementation=backend.sdpa_implementation())
+      sdpa = functools.partial(sdpa_attention, implementation=backend.sdpa_implementation())
+      attn = lambda q, k, v, a: sdpa(q, _slot_major(k), _slot_major(v), a)
     store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))
-    names = ("k_LxBxSxKxE", "v_LxBxSxKxE") + (("k_scale_LxBxSxK", "v_scale_LxBxSxK")
+    names = ("k_LxBxKxSxE", "v_LxBxKxSxE") + (("k_scale_LxBxKxS", "v_scale_LxBxKxS")
                                               if quantized else ())
 
     def layer(carry, p_i):
@@ -408,11 +411,12 @@ class Decoder(nnx.Module):
 
       def kv_fn(k, v):
         (kq, ks), (vq, vs) = store(k), store(v)
-        new = (kq, vq) + ((ks, vs) if quantized else ())
+        # [B, T, K, ...] -> the cache's kv-head-major [B, K, T, ...]
+        new = tuple(jnp.swapaxes(x, 1, 2) for x in (kq, vq) + ((ks, vs) if quantized else ()))
         bufs2 = tuple(jax.lax.dynamic_update_slice(
-            c, n.astype(c.dtype)[None], (i, zero, idx) + (zero,) * (c.ndim - 3))
+            c, n.astype(c.dtype)[None], (i, zero, zero, idx) + (zero,) * (c.ndim - 4))
                       for c, n in zip(bufs, new))
-        read = [c[i, :, :w] for c in bufs2]
+        read = [c[i, :, :, :w] for c in bufs2]
         keys = load(read[0], read[2] if quantized else None, k.dtype)
         values = load(read[1], read[3] if quantized else None, v.dtype)
         return keys, values, allowed, bufs2
@@ -425,6 +429,11 @@ class Decoder(nnx.Module):
                                 unroll=layer_unroll(cfg, self.scan_unroll, cached=True))
     new_cache = cache._replace(valid_BxS=valid, index=idx + t, **dict(zip(names, bufs)))
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
+
+
+def _slot_major(x_BxKxSxE):
+  """A cache read as [B, S, K, E] (the kernels that take keys slot-major)."""
+  return jnp.swapaxes(x_BxKxSxE, 1, 2)
 
 
 def layer_unroll(cfg: ModelConfig, override: int | None = None, cached: bool = False,

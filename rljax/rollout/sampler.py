@@ -115,14 +115,14 @@ def _constrain(ds: DecodeState, mesh) -> DecodeState:
     return None if x is None else put(x, ("batch",) + (None,) * (x.ndim - 1))
 
   c = ds.cache
-  kv = ("layers", "batch", None, "kv_heads", "head_dim")
+  kv = ("layers", "batch", "kv_heads", None, "head_dim")
   scale = lambda x: None if x is None else put(x, kv[:-1])
   pre = c.prefix
   if pre is not None:  # each prompt's keys next to its rows
-    pre = SharedPrefix(put(pre.k_LxPxSxKxE, kv), put(pre.v_LxPxSxKxE, kv), batch(pre.valid_PxS),
-                       scale(pre.k_scale_LxPxSxK), scale(pre.v_scale_LxPxSxK))
-  cache = KVCache(put(c.k_LxBxSxKxE, kv), put(c.v_LxBxSxKxE, kv), batch(c.valid_BxS),
-                  put(c.index, ()), scale(c.k_scale_LxBxSxK), scale(c.v_scale_LxBxSxK), pre)
+    pre = SharedPrefix(put(pre.k_LxPxKxSxE, kv), put(pre.v_LxPxKxSxE, kv), batch(pre.valid_PxS),
+                       scale(pre.k_scale_LxPxKxS), scale(pre.v_scale_LxPxKxS))
+  cache = KVCache(put(c.k_LxBxKxSxE, kv), put(c.v_LxBxKxSxE, kv), batch(c.valid_BxS),
+                  put(c.index, ()), scale(c.k_scale_LxBxKxS), scale(c.v_scale_LxBxKxS), pre)
   return DecodeState(cache, *(batch(x) for x in ds[1:-1]), put(ds.step, ()))
 
 
@@ -149,23 +149,23 @@ def _row_cache(model: Decoder, cache: KVCache, g: int, slots: int, prompt_len: i
   of them). Otherwise each prompt's cache [L, B, P, ...] is copied to its G rows, in
   `slots` slots."""
   if share:
-    prefix = SharedPrefix(cache.k_LxBxSxKxE, cache.v_LxBxSxKxE, cache.valid_BxS,
-                          cache.k_scale_LxBxSxK, cache.v_scale_LxBxSxK)
+    prefix = SharedPrefix(cache.k_LxBxKxSxE, cache.v_LxBxKxSxE, cache.valid_BxS,
+                          cache.k_scale_LxBxKxS, cache.v_scale_LxBxKxS)
     rows = init_cache(model.cfg, cache.valid_BxS.shape[0] * g, max(1, slots - prompt_len),
                       kv_bits=_kv_bits(model))
     return rows._replace(prefix=prefix)
 
-  def grow(x, batch_axis):
+  def grow(x, batch_axis, slot_axis):
     if x is None:
       return None
     x = jnp.repeat(x, g, axis=batch_axis)
     pad = [(0, 0)] * x.ndim
-    pad[batch_axis + 1] = (0, slots - x.shape[batch_axis + 1])
+    pad[slot_axis] = (0, slots - x.shape[slot_axis])
     return jnp.pad(x, pad, constant_values=0)
 
-  return KVCache(grow(cache.k_LxBxSxKxE, 1), grow(cache.v_LxBxSxKxE, 1),
-                 grow(cache.valid_BxS, 0), cache.index, grow(cache.k_scale_LxBxSxK, 1),
-                 grow(cache.v_scale_LxBxSxK, 1))
+  return KVCache(grow(cache.k_LxBxKxSxE, 1, 3), grow(cache.v_LxBxKxSxE, 1, 3),
+                 grow(cache.valid_BxS, 0, 1), cache.index, grow(cache.k_scale_LxBxKxS, 1, 3),
+                 grow(cache.v_scale_LxBxKxS, 1, 3))
 
 
 def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bool,
@@ -246,10 +246,10 @@ def _compact(mesh, size: int, ds: DecodeState, rows_B):
   if pre is not None:
     src = keep // (ds.done_B.shape[0] // pre.valid_PxS.shape[0])
     pick = lambda x, axis=1: None if x is None else jnp.take(x, src, axis=axis)
-    pre = SharedPrefix(pick(pre.k_LxPxSxKxE), pick(pre.v_LxPxSxKxE), pick(pre.valid_PxS, 0),
-                       pick(pre.k_scale_LxPxSxK), pick(pre.v_scale_LxPxSxK))
-  cache = KVCache(take(c.k_LxBxSxKxE, 1), take(c.v_LxBxSxKxE, 1), take(c.valid_BxS), c.index,
-                  take(c.k_scale_LxBxSxK, 1), take(c.v_scale_LxBxSxK, 1), pre)
+    pre = SharedPrefix(pick(pre.k_LxPxKxSxE), pick(pre.v_LxPxKxSxE), pick(pre.valid_PxS, 0),
+                       pick(pre.k_scale_LxPxKxS), pick(pre.v_scale_LxPxKxS))
+  cache = KVCache(take(c.k_LxBxKxSxE, 1), take(c.v_LxBxKxSxE, 1), take(c.valid_BxS), c.index,
+                  take(c.k_scale_LxBxKxS, 1), take(c.v_scale_LxBxKxS, 1), pre)
   out = DecodeState(cache, *(take(x) for x in ds[1:7]), ds.keys_B[keep], take(ds.prompt_len_B),
                     ds.step)
   return _constrain(out, mesh), rows_B[keep]

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from rljax.models import create_model, positions_from_mask
-from rljax.models.attention import attention, blockwise_attention, prefix_attention
+from rljax.models.attention import (attention, blockwise_attention, cache_attention,
+                                    prefix_attention)
 from rljax.models.config import ModelConfig
 
 TINY = ModelConfig(model_type="qwen3", vocab_size=67, hidden_size=32, intermediate_size=48,
@@ -72,12 +73,25 @@ def test_prefix_attention_equals_dense_over_the_prefix_copied_to_each_row(t):
   pvalid = jnp.ones((p, sp), bool).at[1, :2].set(False)
   own = (jnp.arange(so)[None, :] <= jnp.arange(so - t, so)[:, None])[None]
   allowed = jnp.broadcast_to(own, (p * r, t, so)).at[4, :, 1].set(False)
-  o = jax.jit(prefix_attention)(q, k, v, allowed, pk, pv, pvalid)
+  head_major = lambda x: jnp.swapaxes(x, 1, 2)  # as the KV cache stores them
+  o = jax.jit(prefix_attention)(q, head_major(k), head_major(v), allowed, head_major(pk),
+                                head_major(pv), pvalid)
   rows = lambda x: jnp.repeat(x, r, axis=0)
   ref = attention(q, jnp.concatenate([rows(pk), k], 1), jnp.concatenate([rows(pv), v], 1),
                   jnp.concatenate([jnp.broadcast_to(rows(pvalid)[:, None], (p * r, t, sp)),
                                    allowed], -1))
   np.testing.assert_allclose(np.asarray(o), np.asarray(ref), atol=1e-6)
+
+
+@pytest.mark.numerics  # golden / equivalence: also under another ISA
+@pytest.mark.parametrize("t", [1, 4])
+def test_cache_attention_equals_dense_over_kv_head_major_keys(t):
+  """The KV cache's layout ([B, K, S, E]) read in place gives `attention`'s output."""
+  q, k, v, allowed, _ = _inputs(b=3, t=11, h=6, kh=3, e=8)
+  q, allowed = q[:, -t:], allowed[:, -t:]  # the last t queries against all 11 keys
+  o = jax.jit(cache_attention)(q, jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2), allowed)
+  np.testing.assert_allclose(np.asarray(o), np.asarray(attention(q, k, v, allowed)),
+                             atol=1e-6)
 
 
 def test_blockwise_backward_keeps_no_score_matrix():

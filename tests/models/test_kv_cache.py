@@ -62,7 +62,7 @@ def test_a_shared_prefix_equals_the_prompt_cache_copied_to_each_row():
   _, pc = model(jnp.asarray(prompt), pos[::r, :plen], jnp.asarray(pmask),
                 init_cache(TINY, p, plen))
   shared = init_cache(TINY, p * r, n)._replace(
-      prefix=SharedPrefix(pc.k_LxBxSxKxE, pc.v_LxBxSxKxE, pc.valid_BxS))
+      prefix=SharedPrefix(pc.k_LxBxKxSxE, pc.v_LxBxKxSxE, pc.valid_BxS))
   copied = init_cache(TINY, p * r, plen + n)
   _, copied = model(jnp.asarray(ids[:, :plen]), pos[:, :plen], jnp.asarray(mask[:, :plen]),
                     copied)
@@ -75,4 +75,4 @@ def test_a_shared_prefix_equals_the_prompt_cache_copied_to_each_row():
     got_s, got_c = np.asarray(model.logits(h_s)), np.asarray(model.logits(h_c))
     np.testing.assert_allclose(got_s, got_c, atol=1e-5)
     np.testing.assert_allclose(got_s[:, 0], full[:, plen + i], atol=1e-4)
-  assert shared.k_LxBxSxKxE.shape[2] == n  # the rows store only their own tokens
+  assert shared.k_LxBxKxSxE.shape[3] == n  # the rows store only their own tokens

@@ -91,8 +91,8 @@ def test_integer_kv_cache_equals_fake_quantized_forward(bits):
   pos = positions_from_mask(mask)
   full = model.logits(model(ids, pos, mask)[0])
   cache = init_cache(TINY, b, p + n, kv_bits=bits)
-  assert cache.k_LxBxSxKxE.dtype == jnp.int8
-  assert cache.k_LxBxSxKxE.shape[-1] == TINY.head_dim // (8 // bits)
+  assert cache.k_LxBxKxSxE.dtype == jnp.int8
+  assert cache.k_LxBxKxSxE.shape[-1] == TINY.head_dim // (8 // bits)
   h, cache = model(ids[:, :p], pos[:, :p], mask[:, :p], cache)
   got = [model.logits(h)]
   for i in range(p, p + n):
@@ -102,4 +102,4 @@ def test_integer_kv_cache_equals_fake_quantized_forward(bits):
   got = jnp.concatenate(got, 1)
   m = np.asarray(mask).astype(bool)
   assert np.abs(np.asarray(got - full))[m].max() <= 1e-5
-  assert cache.k_LxBxSxKxE.dtype == jnp.int8 and int(cache.index) == p + n
+  assert cache.k_LxBxKxSxE.dtype == jnp.int8 and int(cache.index) == p + n
