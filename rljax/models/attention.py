@@ -36,15 +36,7 @@ def attention(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, causal_block: int 
                   v_BxSxKxE[:, :lo + causal_block],
                   allowed_BxTxS[:, lo:lo + causal_block, :lo + causal_block])
         for lo in range(0, t, causal_block)], axis=1)
-  b, t, h, e = q_BxTxHxE.shape
-  kh = k_BxSxKxE.shape[2]
-  q = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
-  s = jnp.einsum("btkge,bske->bkgts", q, k_BxSxKxE,
-                 preferred_element_type=jnp.float32) / math.sqrt(e)
-  s = jnp.where(allowed_BxTxS[:, None, None], s, _NEG)
-  p = jax.nn.softmax(s, axis=-1).astype(v_BxSxKxE.dtype)
-  o = jnp.einsum("bkgts,bske->btkge", p, v_BxSxKxE)
-  return o.reshape(b, t, h, e)
+  return _dense(q_BxTxHxE, k_BxSxKxE, v_BxSxKxE, allowed_BxTxS, head_major=False)
 
 
 def cache_attention(q_BxTxHxE, k_BxKxSxE, v_BxKxSxE, allowed_BxTxS):
@@ -53,16 +45,23 @@ def cache_attention(q_BxTxHxE, k_BxKxSxE, v_BxKxSxE, allowed_BxTxS):
   so a decode step reads the cache in place instead of transposing a copy of it per layer
   (`bench/decode_rows.py`). Equals `attention(q, swapaxes(k, 1, 2), swapaxes(v, 1, 2),
   allowed)` to float32 rounding."""
+  return _dense(q_BxTxHxE, k_BxKxSxE, v_BxKxSxE, allowed_BxTxS, head_major=True)
+
+
+def _dense(q_BxTxHxE, k, v, allowed_BxTxS, head_major: bool):
+  """Scores, masked float32 softmax, values; keys / values [B, S, K, E] or, head_major,
+  [B, K, S, E]. Head-major, the P·V product is written in its natural output order (a plain
+  batched matmul, [B, K, G, T, E]) and the queries' axis moved after it."""
   b, t, h, e = q_BxTxHxE.shape
-  kh = k_BxKxSxE.shape[1]
+  kh = k.shape[1 if head_major else 2]
+  kv = "bkse" if head_major else "bske"
   q = q_BxTxHxE.reshape(b, t, kh, h // kh, e)
-  s = jnp.einsum("btkge,bkse->bkgts", q, k_BxKxSxE,
-                 preferred_element_type=jnp.float32) / math.sqrt(e)
+  s = jnp.einsum(f"btkge,{kv}->bkgts", q, k, preferred_element_type=jnp.float32) / math.sqrt(e)
   s = jnp.where(allowed_BxTxS[:, None, None], s, _NEG)
-  p = jax.nn.softmax(s, axis=-1).astype(v_BxKxSxE.dtype)
-  # the product in its natural output order (a plain batched matmul), then the queries'
-  # axis moved: [B, K, G, T, E] -> [B, T, K, G, E]
-  o = jnp.einsum("bkgts,bkse->bkgte", p, v_BxKxSxE)
+  p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+  if not head_major:
+    return jnp.einsum("bkgts,bske->btkge", p, v).reshape(b, t, h, e)
+  o = jnp.einsum("bkgts,bkse->bkgte", p, v)
   return jnp.moveaxis(o, 3, 1).reshape(b, t, h, e)
 
 
