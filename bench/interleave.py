@@ -24,11 +24,11 @@ from typing import Callable
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def baseline_tree(rev: str) -> str:
-  """A temp dir holding `rljax/` as of git `rev` (importable with sys.path)."""
+def baseline_tree(rev: str, paths: tuple[str, ...] = ("rljax",)) -> str:
+  """A temp dir holding `paths` (default `rljax/`) as of git `rev` (importable with sys.path)."""
   out = tempfile.mkdtemp(prefix="rljax_base_")
   tar = os.path.join(out, "src.tar")
-  subprocess.run(["git", "-C", ROOT, "archive", "-o", tar, rev, "rljax"], check=True)
+  subprocess.run(["git", "-C", ROOT, "archive", "-o", tar, rev, *paths], check=True)
   with tarfile.open(tar) as t:
     t.extractall(out)
   os.remove(tar)

@@ -1,19 +1,27 @@
 """Rollout throughput at real response lengths: the sampler with and without compaction.
 
     python bench/rollout.py [--prompts 4] [--groups 8] [--new 512] [--rounds 2]
-                            [--compact-every 32]
+                            [--compact-every 32] [--baseline REV]
 
 The realistic job: SmolLM2 (float32) on the main job's rubric prompts, `--prompts` × G =
 `--groups` rows, up to `--new` new tokens, temperature 1, stop at EOS
-(`configs/cort_grpo.py:cpu` otherwise). Two worker processes each build the trainer once
+(`configs/cort_grpo.py:cpu` otherwise). Two worker processes (three with --baseline) each
+build the trainer once
 and time `Trainer.collect(0)` (sampling, decoding the texts, rewards), alternating call by
-call (bench/interleave.py, medians of --rounds after one untimed warm-up call):
+call (bench/interleave.py; --rounds timed calls after one untimed warm-up call):
   plain     rollout.compact_every = 0: the decode batch keeps every row until the last ends;
-  compact   rollout.compact_every = --compact-every: the running rows move into halved
+  compact   rollout.compact_every = --compact-every: the running rows move into smaller
             decode batches (`rljax.rollout.SamplerConfig.compact_every`).
-Both draw the same batch (same step, same keys): the bench checks that their tokens are
-equal. "Useful tokens/s" = the responses' real tokens / the call's seconds. Also reported:
-the decode row-steps each ran (`rollout/decode_row_steps`) and the length distribution.
+  plain@REV with --baseline: the plain sampler of git REV's rljax/ and configs/ (unpacked
+            with `git archive`, its own worker): the sampler as it was.
+Each timed call draws the next batch; plain and compact draw the same batches (same steps,
+same keys): the bench checks that their tokens are equal. "Useful tokens/s" = the responses'
+real tokens / the call's seconds, per batch. A baseline whose decode logits differ in the
+last bits draws other tokens at temperature 1, so other lengths: it is compared by useful
+tokens/s and, against this tree's plain sampler, by ms per decode step (seconds / (row-steps
+/ rows)), not by seconds.
+Also reported: the decode row-steps each ran (`rollout/decode_row_steps`), the answers at the
+length cap and the length distribution.
 Writes bench/results/rollout.json.
 """
 from __future__ import annotations
@@ -47,22 +55,24 @@ def config(a, compact_every: int):
 
 
 def worker(a, kind: str):
+  if a.src:
+    sys.path.insert(0, a.src)  # the baseline's rljax/ and configs/ before this tree's
   from bench.interleave import serve
   from rljax.trainer import Trainer
   trainer = Trainer(config(a, a.compact_every if kind == "compact" else 0),
                     tempfile.mkdtemp(prefix=f"rljax_bench_rollout_{kind}_"))
-  last = {}
+  calls = []  # one entry per call, the warm-up first
 
   def run():
     roll = trainer.collect(0)
-    last["roll"] = roll
+    r = roll.r
+    tokens, mask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
+    calls.append({"tokens_sha1": hashlib.sha1(np.where(mask > 0, tokens, -1).tobytes()).hexdigest(),
+                  "lengths": mask.sum(1).tolist(), "truncated": np.asarray(r.truncated_B).tolist(),
+                  "decode_row_steps": int(roll.decode_row_steps)})
 
   def info():
-    r = last["roll"].r
-    tokens, mask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
-    return {"tokens_sha1": hashlib.sha1(np.where(mask > 0, tokens, -1).tobytes()).hexdigest(),
-            "lengths": mask.sum(1).tolist(), "truncated": np.asarray(r.truncated_B).tolist(),
-            "decode_row_steps": int(last["roll"].decode_row_steps)}
+    return {"calls": calls}
 
   serve(run, info)
 
@@ -74,40 +84,56 @@ def main():
   ap.add_argument("--new", type=int, default=512)
   ap.add_argument("--rounds", type=int, default=2)
   ap.add_argument("--compact-every", type=int, default=32)
+  ap.add_argument("--baseline", default="", help="git rev: also time its plain sampler")
   ap.add_argument("--worker", default="")
+  ap.add_argument("--src", default="")
   a = ap.parse_args()
   if a.worker:
     return worker(a, a.worker)
-  from bench.interleave import Worker, interleaved, load, median
+  from bench.interleave import Worker, baseline_tree, interleaved, load, median, resolve_rev
   argv = [os.path.abspath(__file__), "--prompts", str(a.prompts), "--groups", str(a.groups),
           "--new", str(a.new), "--compact-every", str(a.compact_every)]
   kinds = ("plain", "compact")
   workers = [Worker(k, argv + ["--worker", k]) for k in kinds]
+  base = resolve_rev(a.baseline) if a.baseline else ""
+  if base:
+    workers.append(Worker(f"plain@{base}", argv + ["--worker", "plain", "--src",
+                                                   baseline_tree(base, ("rljax", "configs"))]))
   load0 = load()
   times = interleaved(workers, a.rounds)
-  infos = {w.name: json.loads(w.ask("info")) for w in workers}
+  calls = {w.name: json.loads(w.ask("info"))["calls"][1:] for w in workers}  # the timed ones
   for w in workers:
     w.close()
-  same = infos["plain"]["tokens_sha1"] == infos["compact"]["tokens_sha1"]
-  lengths = np.asarray(infos["plain"]["lengths"])
-  real = int(lengths.sum())
-  med = {k: median(v) for k, v in times.items()}
-  rows = [{"sampler": k, "s": med[k], "useful tokens/s": real / med[k],
-           "speed vs plain": med["plain"] / med[k],
-           "decode row-steps": infos[k]["decode_row_steps"],
-           "real / row-steps": (real - lengths.size) / infos[k]["decode_row_steps"]}
-          for k in kinds]
-  meta = {"rows": int(lengths.size), "max_new_tokens": a.new, "compact_every": a.compact_every,
-          "same_tokens": same, "response_len_mean": float(lengths.mean()),
+  rows, per_round = [], []
+  for i in range(a.rounds):
+    c = {k: v[i] for k, v in calls.items()}
+    real = {k: sum(v["lengths"]) for k, v in c.items()}
+    rate = {k: real[k] / times[k][i] for k in c}
+    per_round.append({"same_tokens": c["plain"]["tokens_sha1"] == c["compact"]["tokens_sha1"],
+                      "rate": rate, "lengths": {k: v["lengths"] for k, v in c.items()}})
+    for k, v in c.items():
+      n = len(v["lengths"])
+      rows.append({"batch": i + 1, "sampler": k, "s": times[k][i], "tokens": real[k],
+                   "at the cap": sum(v["truncated"]), "useful tokens/s": rate[k],
+                   "vs plain": rate[k] / rate["plain"],
+                   "vs base": rate[k] / rate[f"plain@{base}"] if base else None,
+                   "decode row-steps": v["decode_row_steps"],
+                   "ms / decode step": (None if k == "compact" else  # its batch shrinks
+                                        1e3 * times[k][i] / (v["decode_row_steps"] / n))})
+  lengths = np.asarray([x for r in per_round for x in r["lengths"]["plain"]])
+  meta = {"rows": a.prompts * a.groups, "max_new_tokens": a.new, "compact_every": a.compact_every,
+          "baseline_rev": base or None, "same_tokens": all(r["same_tokens"] for r in per_round),
+          "median_useful_tokens_s": {k: median([r["rate"][k] for r in per_round]) for k in times},
+          "response_len_mean": float(lengths.mean()),
           "response_len_p50_p90_max": [float(np.percentile(lengths, 50)),
                                        float(np.percentile(lengths, 90)), int(lengths.max())],
-          "length_clip_ratio": float(np.mean(infos["plain"]["truncated"])),
-          "real_tokens": real, "load": [load0, load()], "rounds": a.rounds, "times": times,
-          "lengths": lengths.tolist()}
-  report("rollout", ["sampler", "s", "useful tokens/s", "speed vs plain", "decode row-steps",
-                     "real / row-steps"], rows, meta)
-  print({k: v for k, v in meta.items() if k not in ("times", "lengths")})
-  if not same:
+          "length_clip_ratio": float(np.mean([x for k in calls["plain"] for x in k["truncated"]])),
+          "load": [load0, load()], "rounds": a.rounds, "times": times, "calls": calls}
+  cols = ["batch", "sampler", "s", "tokens", "at the cap", "useful tokens/s", "vs plain"]
+  cols += ["vs base"] if base else []
+  report("rollout", cols + ["decode row-steps", "ms / decode step"], rows, meta)
+  print({k: v for k, v in meta.items() if k not in ("times", "calls")})
+  if not meta["same_tokens"]:
     raise SystemExit("the compacting sampler drew other tokens than the plain one")
 
 

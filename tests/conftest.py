@@ -1,12 +1,12 @@
-"""Test setup: 8 fake CPU devices and fast compiles (-O0), forced before JAX starts."""
+"""Test setup: 8 fake CPU devices and fast compiles (TEST_COMPILE_FLAGS), set before JAX starts."""
 import os
 
 import pytest
 
-from tests.trainer.helpers import TEST_OPT_LEVEL
+from tests.trainer.helpers import TEST_COMPILE_FLAGS
 
 _FLAG = "--xla_force_host_platform_device_count=8"
-for _f in (_FLAG, TEST_OPT_LEVEL):  # unless XLA_FLAGS sets them already
+for _f in (_FLAG,) + TEST_COMPILE_FLAGS:  # unless XLA_FLAGS sets them already
   if _f.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _f).strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -166,8 +166,12 @@ def test_bypass_equals_decoupled_on_policy_and_moves_the_ratio_by_the_mismatch()
           init_state(params, opt, obj), b, None, jax.random.key(0))
   on = dict(batch, sampler_logp_BxN=p)  # copy none: q = p
   (dec, md), (byp, mb) = run("decoupled", on), run("bypass", on)
-  np.testing.assert_allclose(_flat(dec.params), _flat(byp.params), rtol=1e-6, atol=1e-8)
-  np.testing.assert_allclose(float(md["loss"]), float(mb["loss"]), rtol=1e-6, atol=1e-8)
+  # π_old's log-probs come from the update's own forward (decoupled) or from `p`, computed by
+  # another program (bypass): equal up to float32 rounding, which four SGD updates at lr 0.3
+  # carry to ≈ 2e-8 on parameters (seen compiled with the classic fusion emitters; bitwise
+  # equal with the MLIR ones). The updates themselves are ≈ 4e-4 (median) to 0.04.
+  np.testing.assert_allclose(_flat(dec.params), _flat(byp.params), rtol=1e-6, atol=2e-7)
+  np.testing.assert_allclose(float(md["loss"]), float(mb["loss"]), rtol=1e-5)
   # a quantized sampler: at the first update the PPO ratio is π_θ/π_old = 1 (decoupled) but
   # p/q under bypass — the measured mismatch
   q = _quantized_q(batch, sc)
