@@ -16,10 +16,11 @@ call (bench/interleave.py; --rounds timed calls after one untimed warm-up call):
             with `git archive`, its own worker): the sampler as it was.
 Each timed call draws the next batch; plain and compact draw the same batches (same steps,
 same keys): the bench checks that their tokens are equal. "Useful tokens/s" = the responses'
-real tokens / the call's seconds, per batch. A baseline whose decode logits differ in the
-last bits draws other tokens at temperature 1, so other lengths: it is compared by useful
-tokens/s and, against this tree's plain sampler, by ms per decode step (seconds / (row-steps
-/ rows)), not by seconds.
+real tokens / the call's seconds, per batch. The baseline draws the same batches too, and
+`base_same_tokens` says whether it drew the same tokens: where its decode logits differ in
+the last bits, a token drawn at temperature 1 can differ, and so can the lengths; then
+compare it by useful tokens/s and, against this tree's plain sampler, by ms per decode step
+(seconds / (row-steps / rows)), not by seconds.
 Also reported: the decode row-steps each ran (`rollout/decode_row_steps`), the answers at the
 length cap and the length distribution.
 Writes bench/results/rollout.json.
@@ -48,7 +49,8 @@ def config(a, compact_every: int):
   cfg.data.batch_size = a.prompts * a.groups
   cfg.rollout.num_generations = a.groups
   cfg.rollout.max_new_tokens = a.new
-  cfg.rollout.compact_every = compact_every
+  if compact_every or "compact_every" in cfg.rollout:  # a baseline from before compaction lacks it
+    cfg.rollout.compact_every = compact_every
   cfg.eval.num_prompts, cfg.eval.at_start = 0, False
   cfg.log.tensorboard = cfg.log.plot = False
   return cfg
@@ -69,7 +71,10 @@ def worker(a, kind: str):
     tokens, mask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
     calls.append({"tokens_sha1": hashlib.sha1(np.where(mask > 0, tokens, -1).tobytes()).hexdigest(),
                   "lengths": mask.sum(1).tolist(), "truncated": np.asarray(r.truncated_B).tolist(),
-                  "decode_row_steps": int(roll.decode_row_steps)})
+                  # a plain sampler decodes every row until the longest ends (the count, for a
+                  # baseline from before it was logged)
+                  "decode_row_steps": int(getattr(roll, "decode_row_steps", 0)
+                                          or mask.shape[0] * (int(mask.sum(1).max()) - 1))})
 
   def info():
     return {"calls": calls}
@@ -110,6 +115,8 @@ def main():
     real = {k: sum(v["lengths"]) for k, v in c.items()}
     rate = {k: real[k] / times[k][i] for k in c}
     per_round.append({"same_tokens": c["plain"]["tokens_sha1"] == c["compact"]["tokens_sha1"],
+                      "base_same_tokens": (c["plain"]["tokens_sha1"]
+                                           == c[f"plain@{base}"]["tokens_sha1"]) if base else None,
                       "rate": rate, "lengths": {k: v["lengths"] for k, v in c.items()}})
     for k, v in c.items():
       n = len(v["lengths"])
@@ -123,12 +130,14 @@ def main():
   lengths = np.asarray([x for r in per_round for x in r["lengths"]["plain"]])
   meta = {"rows": a.prompts * a.groups, "max_new_tokens": a.new, "compact_every": a.compact_every,
           "baseline_rev": base or None, "same_tokens": all(r["same_tokens"] for r in per_round),
+          "base_same_tokens": [r["base_same_tokens"] for r in per_round],
           "median_useful_tokens_s": {k: median([r["rate"][k] for r in per_round]) for k in times},
           "response_len_mean": float(lengths.mean()),
           "response_len_p50_p90_max": [float(np.percentile(lengths, 50)),
                                        float(np.percentile(lengths, 90)), int(lengths.max())],
           "length_clip_ratio": float(np.mean([x for k in calls["plain"] for x in k["truncated"]])),
-          "load": [load0, load()], "rounds": a.rounds, "times": times, "calls": calls}
+          "load": [load0, load()], "rounds": a.rounds, "times": times, "calls": calls,
+          "lengths": calls["plain"][-1]["lengths"]}  # the last batch's (bench/decode_rows.py)
   cols = ["batch", "sampler", "s", "tokens", "at the cap", "useful tokens/s", "vs plain"]
   cols += ["vs base"] if base else []
   report("rollout", cols + ["decode row-steps", "ms / decode step"], rows, meta)
