@@ -18,6 +18,7 @@ cost_analysis counts a scanned layer once) and its time at the chip's peak.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -102,9 +103,25 @@ class DoesNotFit(Exception):
   """XLA refused to compile a program for lack of HBM (CompileTimeHbmOom)."""
 
 
+@contextlib.contextmanager
+def tpu_xla_flags():
+  """XLA_FLAGS without XLA:CPU's own flags (`--xla_cpu_*`) while compiling for TPU: libtpu
+  parses XLA_FLAGS when it compiles and aborts the process on a flag it does not know
+  ("Unknown flag in XLA_FLAGS: --xla_cpu_use_fusion_emitters=false")."""
+  old = os.environ.get("XLA_FLAGS")
+  if old is not None:
+    os.environ["XLA_FLAGS"] = " ".join(f for f in old.split() if not f.startswith("--xla_cpu_"))
+  try:
+    yield
+  finally:
+    if old is not None:
+      os.environ["XLA_FLAGS"] = old
+
+
 def _compile(lowered):
   try:
-    return lowered.compile()
+    with tpu_xla_flags():
+      return lowered.compile()
   except Exception as e:  # jax.errors.JaxRuntimeError
     if "RESOURCE_EXHAUSTED" in str(e) or "HbmOom" in str(e):
       raise DoesNotFit(str(e).splitlines()[0]) from None

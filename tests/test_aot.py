@@ -97,7 +97,7 @@ def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
   from flax import nnx
   from jax.sharding import NamedSharding, PartitionSpec as P
   from rljax import sharding as shd
-  from rljax.aot import _memory, topology_devices
+  from rljax.aot import _memory, topology_devices, tpu_xla_flags
   from rljax.models import _abstract, init_cache
   from rljax.models.config import ModelConfig
   mesh = shd.make_mesh((1, -1, 1), devices=topology_devices("v5e:2x2"))
@@ -126,8 +126,9 @@ def test_tpu_kernels_are_in_the_compiled_training_and_decode_programs():
   from rljax.models.decoder import attention_impl
   with shd.mesh_scope(mesh):  # "auto" picks the kernels for a TPU program
     assert attention_impl(cfg.replace(attention="auto")) == "splash"
-  compiled = jax.jit(run).lower(params, batch((4, 256)), batch((4, 256)), batch((4, 1)),
-                                cache).compile()
+  with tpu_xla_flags():  # libtpu aborts on the tests' XLA:CPU flags
+    compiled = jax.jit(run).lower(params, batch((4, 256)), batch((4, 256)), batch((4, 1)),
+                                  cache).compile()
   lines = [x for x in compiled.as_text().splitlines()
            if 'custom_call_target="tpu_custom_call"' in x]
   kernels = sorted(re.match(r"\s*%?([a-z_]+)", x).group(1) for x in lines)
