@@ -117,7 +117,7 @@ def main():
     per_round.append({"same_tokens": c["plain"]["tokens_sha1"] == c["compact"]["tokens_sha1"],
                       "base_same_tokens": (c["plain"]["tokens_sha1"]
                                            == c[f"plain@{base}"]["tokens_sha1"]) if base else None,
-                      "rate": rate, "lengths": {k: v["lengths"] for k, v in c.items()}})
+                      "rate": rate})
     for k, v in c.items():
       n = len(v["lengths"])
       rows.append({"batch": i + 1, "sampler": k, "s": times[k][i], "tokens": real[k],
@@ -127,7 +127,7 @@ def main():
                    "decode row-steps": v["decode_row_steps"],
                    "ms / decode step": (None if k == "compact" else  # its batch shrinks
                                         1e3 * times[k][i] / (v["decode_row_steps"] / n))})
-  lengths = np.asarray([x for r in per_round for x in r["lengths"]["plain"]])
+  lengths = np.asarray([x for c in calls["plain"] for x in c["lengths"]])
   meta = {"rows": a.prompts * a.groups, "max_new_tokens": a.new, "compact_every": a.compact_every,
           "baseline_rev": base or None, "same_tokens": all(r["same_tokens"] for r in per_round),
           "base_same_tokens": [r["base_same_tokens"] for r in per_round],

@@ -1,4 +1,4 @@
-"""Shared by the subprocess trainer tests (and tests/conftest.py: the optimization level)."""
+"""Shared by the subprocess trainer tests (and tests/conftest.py: TEST_COMPILE_FLAGS)."""
 import os
 
 # How the tests compile (XLA:CPU): the suite compiles hundreds of small programs and runs most
