@@ -21,6 +21,10 @@ real tokens / the call's seconds, per batch. The baseline draws the same batches
 the last bits, a token drawn at temperature 1 can differ, and so can the lengths; then
 compare it by useful tokens/s and, against this tree's plain sampler, by ms per decode step
 (seconds / (row-steps / rows)), not by seconds.
+"Compile s": the seconds the call spent tracing, lowering and compiling programs (JAX's
+`/jax/core/compile/*` duration events; a compacting sampler compiles a decode program for each
+batch size the first time it meets it, which a training run pays once); "steady" rates leave
+them out: the real tokens / (s − compile s).
 Also reported: the decode row-steps each ran (`rollout/decode_row_steps`), the answers at the
 length cap and the length distribution.
 Writes bench/results/rollout.json.
@@ -59,13 +63,23 @@ def config(a, compact_every: int):
 def worker(a, kind: str):
   if a.src:
     sys.path.insert(0, a.src)  # the baseline's rljax/ and configs/ before this tree's
+  import jax
+
   from bench.interleave import serve
   from rljax.trainer import Trainer
+  compiling = [0.0]  # seconds spent tracing, lowering and compiling programs (all threads)
+
+  def on_duration(event, duration_secs, **_):
+    if event.startswith("/jax/core/compile/"):  # trace, to-MLIR, backend compile
+      compiling[0] += duration_secs
+
+  jax.monitoring.register_event_duration_secs_listener(on_duration)
   trainer = Trainer(config(a, a.compact_every if kind == "compact" else 0),
                     tempfile.mkdtemp(prefix=f"rljax_bench_rollout_{kind}_"))
   calls = []  # one entry per call, the warm-up first
 
   def run():
+    compiling[0] = 0.0
     roll = trainer.collect(0)
     r = roll.r
     tokens, mask = np.asarray(r.tokens_BxN), np.asarray(r.mask_BxN)
@@ -74,7 +88,8 @@ def worker(a, kind: str):
                   # a plain sampler decodes every row until the longest ends (the count, for a
                   # baseline from before it was logged)
                   "decode_row_steps": int(getattr(roll, "decode_row_steps", 0)
-                                          or mask.shape[0] * (int(mask.sum(1).max()) - 1))})
+                                          or mask.shape[0] * (int(mask.sum(1).max()) - 1)),
+                  "compile_s": compiling[0]})
 
   def info():
     return {"calls": calls}
@@ -114,16 +129,21 @@ def main():
     c = {k: v[i] for k, v in calls.items()}
     real = {k: sum(v["lengths"]) for k, v in c.items()}
     rate = {k: real[k] / times[k][i] for k in c}
+    comp = {k: v.get("compile_s", 0.0) for k, v in c.items()}
+    steady = {k: real[k] / (times[k][i] - comp[k]) for k in c}  # as once every size compiled
     per_round.append({"same_tokens": c["plain"]["tokens_sha1"] == c["compact"]["tokens_sha1"],
                       "base_same_tokens": (c["plain"]["tokens_sha1"]
                                            == c[f"plain@{base}"]["tokens_sha1"]) if base else None,
-                      "rate": rate})
+                      "rate": rate, "steady": steady})
     for k, v in c.items():
       n = len(v["lengths"])
       rows.append({"batch": i + 1, "sampler": k, "s": times[k][i], "tokens": real[k],
                    "at the cap": sum(v["truncated"]), "useful tokens/s": rate[k],
                    "vs plain": rate[k] / rate["plain"],
                    "vs base": rate[k] / rate[f"plain@{base}"] if base else None,
+                   "compile s": comp[k],
+                   "steady vs plain": steady[k] / steady["plain"],
+                   "steady vs base": steady[k] / steady[f"plain@{base}"] if base else None,
                    "decode row-steps": v["decode_row_steps"],
                    "ms / decode step": (None if k == "compact" else  # its batch shrinks
                                         1e3 * times[k][i] / (v["decode_row_steps"] / n))})
@@ -132,6 +152,7 @@ def main():
           "baseline_rev": base or None, "same_tokens": all(r["same_tokens"] for r in per_round),
           "base_same_tokens": [r["base_same_tokens"] for r in per_round],
           "median_useful_tokens_s": {k: median([r["rate"][k] for r in per_round]) for k in times},
+          "median_steady_tokens_s": {k: median([r["steady"][k] for r in per_round]) for k in times},
           "response_len_mean": float(lengths.mean()),
           "response_len_p50_p90_max": [float(np.percentile(lengths, 50)),
                                        float(np.percentile(lengths, 90)), int(lengths.max())],
@@ -140,6 +161,7 @@ def main():
           "lengths": calls["plain"][-1]["lengths"]}  # the last batch's (bench/decode_rows.py)
   cols = ["batch", "sampler", "s", "tokens", "at the cap", "useful tokens/s", "vs plain"]
   cols += ["vs base"] if base else []
+  cols += ["compile s", "steady vs plain"] + (["steady vs base"] if base else [])
   report("rollout", cols + ["decode row-steps", "ms / decode step"], rows, meta)
   print({k: v for k, v in meta.items() if k not in ("times", "calls")})
   if not meta["same_tokens"]:
