@@ -81,10 +81,12 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # the same schedule run in turn on one mesh (colocated: the synchronous reference).
   # compact_every: 0 off; k: every k decode steps, the rows still running move into a
   # decode batch half as large whenever they fit (finished rows stop costing; same samples).
+  # decode_kernel: auto (CPU, one device, float32: decode attention in a compiled kernel that
+  # reads the KV cache in place, rljax/models/cpu_attention.py) | xla.
   c.rollout = mlc.ConfigDict(dict(
       num_generations=8, max_new_tokens=48, temperature=1.0, top_k=0, top_p=1.0,
       record_topk=0, copy="none", sync_every=1, placement="colocated", num_devices=0,
-      mesh_shape=(), max_staleness=0, lag=0, compact_every=0))
+      mesh_shape=(), max_staleness=0, lag=0, compact_every=0, decode_kernel="auto"))
   # reward: a registered name or "module:fn", its options, or weighted terms
   # ({"name": ..., "weight": ..., **options}, ...) - see rljax/rewards/from_config.py
   # guard: csr / aon give 0 to degenerate answers the checkers accept (a repeated template,

@@ -71,7 +71,8 @@ def sampler_config(cfg: mlc.ConfigDict, stop_ids=None, pad_id: int = 0) -> Sampl
   return SamplerConfig(max_new_tokens=r.max_new_tokens, temperature=float(r.temperature),
                        top_k=r.top_k, top_p=float(r.top_p), num_generations=r.num_generations,
                        record_topk=r.record_topk, stop_token_ids=stop_ids, pad_token_id=pad_id,
-                       compact_every=r.get("compact_every", 0))
+                       compact_every=r.get("compact_every", 0),
+                       decode_kernel=r.get("decode_kernel", "auto"))
 
 
 def validate_config(cfg: mlc.ConfigDict, num_devices: int) -> list[str]:

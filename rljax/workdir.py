@@ -25,7 +25,7 @@ MAY_CHANGE = ("workdir", "train.steps", "checkpoint.", "eval.", "log.", "mesh.",
               "data.data_dir", "reward.num_threads", "model.remat", "train.logprob_chunk",
               "train.grad_accum", "rollout.placement", "rollout.num_devices",
               "rollout.mesh_shape", "train.pack", "train.tokens_per_row",
-              "rollout.compact_every")
+              "rollout.compact_every", "rollout.decode_kernel")
 # Keys that define the run: shapes, objective, data. Anything not listed here or in
 # MAY_CHANGE (optimizer hyper-parameters, ...) may change too, with a warning.
 IDENTITY = ("seed", "model.", "data.", "objective.", "reward.", "rollout.num_generations",
@@ -40,7 +40,7 @@ REMOVED = ("objective.teacher",)
 ADDED = {"rollout.lag": 0, "rollout.max_staleness": 0, "model.lora.rank": 0,
          "model.lora.alpha": 32.0, "model.lora.targets": "wq|wk|wv|wo|w_gate|w_up|w_down",
          "model.lora.base_bits": 0, "train.pack": False, "train.tokens_per_row": 0,
-         "rollout.compact_every": 0}
+         "rollout.compact_every": 0, "rollout.decode_kernel": "auto"}
 
 
 class WorkdirError(ValueError):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rljax.models import backend, pallas_attention
+from rljax.models import backend, cpu_attention, pallas_attention
 from rljax.models.attention import (attention, blockwise_attention, cache_attention,
                                     prefix_attention, sdpa_attention)
 from rljax.models.config import ModelConfig
@@ -308,13 +308,16 @@ class Decoder(nnx.Module):
 
   def __call__(self, tokens_BxT, positions_BxT, mask_BxT, cache: KVCache | None = None,
                attend_len: int | None = None, adapters: dict | None = None,
-               segment_ids_BxT=None):
+               segment_ids_BxT=None, decode_kernel: bool = False):
     """Hidden states [B,T,D] and the updated cache (None without one). attend_len (static,
     cache path): attention reads only the first attend_len cache slots, which must hold
     every filled slot (index + T <= attend_len); the sampler grows it in buckets.
     adapters: LoRA adapters of the model's `lora` config (`rljax.models.lora`), None: the
     base alone. segment_ids_BxT (cache-less forward only): packed rows (`rljax.packing`), a
-    token attends the tokens at or before it with its own segment id (0: padding)."""
+    token attends the tokens at or before it with its own segment id (0: padding).
+    decode_kernel (cache path, one new token, float32 cache; see `kernel_decodes`): attention
+    runs `rljax.models.cpu_attention`'s kernel, which reads the stacked cache and the shared
+    prefix in place and the filled slots (index + 1) at run time; attend_len is then unused."""
     cfg = self.cfg
     if getattr(self, "embed_scale", None) is None:
       x = jnp.take(self.embed[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
@@ -391,6 +394,14 @@ class Decoder(nnx.Module):
     elif t > 1 and attention_impl(cfg) == "cudnn":  # a prefill (decode steps stay dense)
       sdpa = functools.partial(sdpa_attention, implementation=backend.sdpa_implementation())
       attn = lambda q, k, v, a: sdpa(q, _slot_major(k), _slot_major(v), a)
+    kernel = decode_kernel and kernel_decodes(cfg, t, quantized, self.numerics)
+    if decode_kernel and not kernel:
+      raise ValueError("Decoder: decode_kernel needs one new token, a float32 cache and "
+                       "compute, no numerics hook and the built kernel (`kernel_decodes`)")
+    if kernel:  # the kernel reads the whole stacks with the layer index: nothing sliced
+      pre_all = None if prefix is None else (prefix.k_LxPxKxSxE, prefix.v_LxPxKxSxE,
+                                              prefix.valid_PxS)
+      pre_xs = ()
     store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))
     names = ("k_LxBxKxSxE", "v_LxBxKxSxE") + (("k_scale_LxBxKxS", "v_scale_LxBxKxS")
                                               if quantized else ())
@@ -402,7 +413,10 @@ class Decoder(nnx.Module):
       p, i, pre = p_i
       load = lambda q, sc, dtype: (self.numerics.kv_load(q, sc, dtype) if quantized
                                    else q.astype(dtype))
-      if pre:
+      if kernel:
+        attn_l = lambda q, k_st, v_st, _: cpu_attention.decode_attention(
+            q[:, 0], k_st, v_st, valid, i, idx + 1, pre_all)[:, None]
+      elif pre:
         pk = load(pre[0], pre[2] if quantized else None, cfg.jnp_dtype)
         pv = load(pre[1], pre[3] if quantized else None, cfg.jnp_dtype)
         attn_l = lambda q, k, v, a: prefix_attention(q, k, v, a, pk, pv, prefix.valid_PxS)
@@ -416,6 +430,8 @@ class Decoder(nnx.Module):
         bufs2 = tuple(jax.lax.dynamic_update_slice(
             c, n.astype(c.dtype)[None], (i, zero, zero, idx) + (zero,) * (c.ndim - 4))
                       for c, n in zip(bufs, new))
+        if kernel:
+          return bufs2[0], bufs2[1], None, bufs2
         read = [c[i, :, :, :w] for c in bufs2]
         keys = load(read[0], read[2] if quantized else None, k.dtype)
         values = load(read[1], read[3] if quantized else None, v.dtype)
@@ -429,6 +445,16 @@ class Decoder(nnx.Module):
                                 unroll=layer_unroll(cfg, self.scan_unroll, cached=True))
     new_cache = cache._replace(valid_BxS=valid, index=idx + t, **dict(zip(names, bufs)))
     return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
+
+
+def kernel_decodes(cfg: ModelConfig, new_tokens: int = 1, quantized: bool = False,
+                   numerics=None) -> bool:
+  """Whether a cached forward can run its attention in the CPU decode kernel
+  (`rljax.models.cpu_attention`): one new token, float32 compute and cache, no integer KV and
+  no numerics hook (which changes how keys are read), and the kernel built. The caller
+  decides the platform (the sampler: CPU, one device)."""
+  return (new_tokens == 1 and not quantized and numerics is None
+          and cfg.jnp_dtype == jnp.float32 and cpu_attention.available())
 
 
 def _slot_major(x_BxKxSxE):

@@ -31,6 +31,9 @@ class SamplerConfig:
                    `rljax.rollout.sampler.compact_size`), so finished rows stop costing
                    decode steps. Every row keeps its own PRNG key and cache: the samples are
                    those of the uncompacted sampler.
+  decode_kernel    "auto": on CPU (one device, float32, no quantized KV) decode steps run
+                   attention in a compiled kernel that reads the KV cache in place
+                   (`rljax.models.cpu_attention`); "xla": always XLA's attention.
   """
   max_new_tokens: int = 128
   temperature: float = 1.0
@@ -43,6 +46,7 @@ class SamplerConfig:
   pad_token_id: int = 0
   top_p_prefix: int = 256
   compact_every: int = 0
+  decode_kernel: str = "auto"
 
   def __post_init__(self):
     if self.stop_token_ids is not None:
@@ -70,6 +74,8 @@ class SamplerConfig:
            f"top_p_prefix must be an int >= 1, got {self.top_p_prefix!r}")
     _check(isinstance(self.compact_every, int) and self.compact_every >= 0,
            f"compact_every must be an int >= 0 (0 = off), got {self.compact_every!r}")
+    _check(self.decode_kernel in ("auto", "xla"),
+           f"decode_kernel must be 'auto' or 'xla', got {self.decode_kernel!r}")
     _check(self.cache_length is None or (isinstance(self.cache_length, int)
                                          and self.cache_length >= 1),
            f"cache_length must be None or an int >= 1, got {self.cache_length!r}")

@@ -28,9 +28,9 @@ from flax import nnx
 from jax.sharding import NamedSharding
 
 from rljax import sharding as shd
-from rljax.models import pallas_attention
+from rljax.models import backend, pallas_attention
 from rljax.models.decoder import (Decoder, KVCache, SharedPrefix, attention_impl, init_cache,
-                                   positions_from_mask)
+                                   kernel_decodes, positions_from_mask)
 from rljax.rollout.config import SamplerConfig, cache_slots, check_inputs, resolve_stop_ids
 from rljax.rollout.sampling import sample_step
 
@@ -142,6 +142,17 @@ def shares_prefix(model_cfg, kv_bits: int, mesh) -> bool:
   return not paged
 
 
+def uses_decode_kernel(model: Decoder, cfg: SamplerConfig, mesh) -> bool:
+  """Whether decode steps run attention in the CPU kernel (`rljax.models.cpu_attention`):
+  `cfg.decode_kernel` "auto", a CPU program on one device (the kernel has no sharding rule),
+  and a float32 model without quantized KV or a numerics hook (`kernel_decodes`)."""
+  if cfg.decode_kernel != "auto" or (mesh is not None and mesh.size > 1):
+    return False
+  with shd.mesh_scope(mesh):
+    on_cpu = backend.platform() == "cpu"
+  return on_cpu and kernel_decodes(model.cfg, 1, bool(_kv_bits(model)), model.numerics)
+
+
 def _row_cache(model: Decoder, cache: KVCache, g: int, slots: int, prompt_len: int,
                share: bool) -> KVCache:
   """The decode cache after prefill. Shared: the prompts' caches become the read-only
@@ -197,13 +208,16 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bo
 
 
 def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int,
-                   share: bool) -> list[tuple[int, int]]:
+                   share: bool, kernel: bool = False) -> list[tuple[int, int]]:
   """[(end_step, attend_len)]: decode steps < end_step read the first attend_len slots.
 
   Step t feeds token t - 1 into slot prompt_len + t - 1 (slot t - 1 of the rows' own cache
   when the prompt is a `SharedPrefix`), so steps < e need prompt_len + e - 1 slots (e - 1).
+  With the CPU decode kernel the filled length is a run-time operand: one loop, every slot.
   """
   out, n = [], cfg.max_new_tokens
+  if kernel:
+    return [(n, max(1, slots - prompt_len) if share else slots)]
   for e in range(_ATTEND_BUCKET, n + _ATTEND_BUCKET, _ATTEND_BUCKET):
     e = min(e, n)
     if share:
@@ -213,8 +227,8 @@ def decode_buckets(prompt_len: int, cfg: SamplerConfig, slots: int,
   return out
 
 
-def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: DecodeState,
-            until):
+def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, kernel: bool, state,
+            ds: DecodeState, until):
   """Decode steps until `until` tokens per row (a traced int32: one program for every
   segment of a compacting sampler), or until every row has stopped."""
   model: Decoder = nnx.merge(graphdef, state)
@@ -223,7 +237,8 @@ def _decode(graphdef, cfg: SamplerConfig, stop_ids, mesh, buckets, state, ds: De
   def body(ds, attend_len):
     prev = jax.lax.dynamic_slice_in_dim(ds.tokens_BxN, ds.step - 1, 1, axis=1)
     pos = (ds.prompt_len_B + ds.step - 1)[:, None]
-    h, cache = model(prev, pos, jnp.ones_like(prev), ds.cache, attend_len=attend_len)
+    h, cache = model(prev, pos, jnp.ones_like(prev), ds.cache, attend_len=attend_len,
+                     decode_kernel=kernel)
     tok, logq, hid, hlq = sample_step(model.logits(h)[:, 0], ds.keys_B, ds.step, cfg, k_head)
     ds = _write(ds._replace(cache=cache), ds.step, tok, logq, hid, hlq, stop_ids,
                 cfg.pad_token_id)
@@ -329,12 +344,12 @@ def _in_mesh(fn, mesh):
 
 @functools.lru_cache(maxsize=64)
 def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh,
-           share: bool):
+           share: bool, kernel: bool):
   prefill = jax.jit(_in_mesh(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh,
                                                share), mesh))
-  buckets = tuple(decode_buckets(prompt_len, cfg, slots, share))
-  decode = jax.jit(_in_mesh(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets),
-                            mesh), donate_argnums=1)
+  buckets = tuple(decode_buckets(prompt_len, cfg, slots, share, kernel))
+  decode = jax.jit(_in_mesh(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets,
+                                              kernel), mesh), donate_argnums=1)
   return prefill, decode
 
 
@@ -403,7 +418,8 @@ def generate(model, prompt_ids_BxP, prompt_mask_BxP, key, cfg: SamplerConfig,
         mesh, shd.logical_to_spec(("batch",) + (None,) * (x.ndim - 1), x.shape, mesh)))
     ids, mask, keys = put(ids), put(mask), put(keys)
   share = shares_prefix(mcfg, _kv_bits(merged), mesh)
-  prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh, share)
+  prefill, decode = _build(graphdef, cfg, slots, p, stop_ids, mesh, share,
+                           uses_decode_kernel(merged, cfg, mesh))
   ds, ids_rep, mask_rep = prefill(state, ids, mask, keys)
   want_stats, stats = stats is not None, {} if stats is None else stats
   stats.update(row_steps=0, batch_sizes=[])
