@@ -24,6 +24,8 @@ twice, then traces a third call with `jax.profiler` and XLA:CPU's per-thunk even
   and selects only: data moved, nothing computed;
 - `reduce`: fusions with a reduction (softmax, RMSNorm, logsumexp, loss sums, norms);
 - `elementwise`: other fusions (RoPE, SiLU, the AdamW update, masks);
+- `custom call`: compiled kernels XLA calls (the sampler's CPU decode attention,
+  `rljax.models.cpu_attention`);
 - `control`: while / conditional / call thunks, less the thunks they ran.
 
 and by phase, from the instruction's JAX op name: forward, backward, remat recompute (ops under
@@ -46,7 +48,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-CATEGORIES = ("matmul 2-D", "matmul batched", "layout", "reduce", "elementwise", "control")
+CATEGORIES = ("matmul 2-D", "matmul batched", "layout", "reduce", "elementwise", "custom call",
+              "control")
 PHASES = ("forward", "backward", "remat recompute", "update + rest")
 _LAYOUT_OPS = {"parameter", "copy", "transpose", "slice", "dynamic-slice", "dynamic-update-slice",
                "concatenate", "pad", "bitcast", "reshape", "broadcast", "select", "constant",
@@ -85,6 +88,8 @@ def category(name, instrs, comps) -> str:
   op, _, calls, batched = instrs.get(name, ("?", "", [], False))
   if op in ("while", "conditional", "call"):
     return "control"
+  if op == "custom-call":
+    return "custom call"
   if op == "dot":
     return "matmul batched" if batched else "matmul 2-D"
   ops = set().union(*(comps[c]["ops"] for c in calls if c in comps)) if calls else {op}

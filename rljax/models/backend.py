@@ -5,7 +5,7 @@ where rljax chooses per backend.
 |---|---|---|
 | TPU | "splash": Pallas splash attention (`rljax.models.pallas_attention`) | the paged Pallas kernel for bfloat16 caches, else dense |
 | GPU | "cudnn": `jax.nn.dot_product_attention`, cuDNN's fused kernel, for bfloat16 / float16 compute; "dense" for float32 (cuDNN's fused attention has no float32 kernel) | dense (XLA) |
-| CPU | "dense" | dense |
+| CPU | "dense" | the compiled decode kernel (`rljax.models.cpu_attention`) for a float32 cache on one device, else dense |
 
 "cudnn" set explicitly off GPU runs the same `jax.nn.dot_product_attention` with its XLA
 implementation, which is how the CPU tests check its masks and gradients. Everything else

@@ -111,11 +111,34 @@ def apply_rope(x_BxTxNxE, positions_BxT, inv_freq_E2):
   return (x * cos + rot * sin).astype(x_BxTxNxE.dtype)
 
 
-def rms_norm(x, w, eps):
+def rms_norm(x, w, eps, row_stable: bool = False):
+  """x / rms(x) · w over the last axis, in float32. row_stable: the sum of squares in a fixed
+  order (`row_sum_squares`), so a row's bits do not depend on how many rows the batch has."""
   dtype = x.dtype
   x = x.astype(jnp.float32)
-  x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+  if row_stable:
+    ms = row_sum_squares(x)[..., None] / x.shape[-1]
+  else:
+    ms = jnp.mean(x * x, axis=-1, keepdims=True)
+  x = x * jax.lax.rsqrt(ms + eps)
   return (w.astype(jnp.float32) * x).astype(dtype)
+
+
+def row_sum_squares(x):
+  """Σ x² over the last axis in an order fixed by the expression: 8 (or fewer) lanes summed
+  chunk after chunk by elementwise adds, then the lanes pairwise. XLA:CPU vectorizes a row
+  reduction differently by the number of rows (on SmolLM2's 576 features, 3 to 7 rows gave
+  other bits than 8 or 32), which would make a compacting sampler's samples depend on its
+  batch size; it does not reassociate elementwise adds."""
+  d = x.shape[-1]
+  lanes = next(k for k in (8, 4, 2, 1) if d % k == 0)
+  xx = (x * x).reshape(x.shape[:-1] + (d // lanes, lanes))
+  acc = xx[..., 0, :]
+  for i in range(1, d // lanes):
+    acc = acc + xx[..., i, :]
+  while acc.shape[-1] > 1:
+    acc = acc[..., 0::2] + acc[..., 1::2]
+  return acc[..., 0]
 
 
 def _param(rngs, shape, dtype, kind="normal"):
@@ -189,11 +212,14 @@ swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 
 
 def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
-           dot=jnp.einsum, attn=attention, lora: LoraConfig | None = None):
+           dot=jnp.einsum, attn=attention, lora: LoraConfig | None = None,
+           row_stable: bool = False):
   """One pre-norm block. `kv_fn(k, v) -> (keys, values, allowed, aux)` attaches the cache;
   `dot(spec, x, w)` is every activation x weight product; returns (x, aux). With `lora`, a
   projection whose adapters are in `p["lora"]` adds (α / r) · (x A) B, and a QLoRA base
-  projection (`<name>_scale` in `p`) is dequantized first.
+  projection (`<name>_scale` in `p`) is dequantized first. row_stable: the norms' sums in a
+  fixed order (`rms_norm`; the cached path, so a sampler's rows keep their bits whatever the
+  batch size).
 
   Every projection is a plain 2-D matmul over the flattened tokens (N = B*T) with the
   weights viewed as [in, out] (a free reshape of the stacked [D, H, E] / [H, E, D] layout):
@@ -217,22 +243,23 @@ def _block(cfg: ModelConfig, p: dict, x_BxTxD, positions_BxT, inv_freq, kv_fn,
       y = y + jnp.dot(jnp.dot(x, c(ab["a"])) * lora.scale, c(ab["b"]))
     return y
 
-  h = rms_norm(x_BxTxD, p["attn_norm"], cfg.rms_norm_eps).reshape(n, d)
+  norm = functools.partial(rms_norm, eps=cfg.rms_norm_eps, row_stable=row_stable)
+  h = norm(x_BxTxD, p["attn_norm"]).reshape(n, d)
   q = proj("nd,dk->nk", h, "wq").reshape(b, t, cfg.num_heads, cfg.head_dim)
   k = proj("nd,dk->nk", h, "wk").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
   v = proj("nd,dk->nk", h, "wv").reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
   if cfg.qkv_bias:
     q, k, v = q + c(p["bq"]), k + c(p["bk"]), v + c(p["bv"])
   if cfg.qk_norm:
-    q = rms_norm(q, p["q_norm"], cfg.rms_norm_eps)
-    k = rms_norm(k, p["k_norm"], cfg.rms_norm_eps)
+    q = norm(q, p["q_norm"])
+    k = norm(k, p["k_norm"])
   q = apply_rope(q, positions_BxT, inv_freq)
   k = apply_rope(k, positions_BxT, inv_freq)
   keys, values, allowed, aux = kv_fn(k, v)
   o = attn(q, keys, values, allowed).reshape(n, -1)
   o_proj = proj("nk,kd->nd", o, "wo").reshape(b, t, d)
   x = x_BxTxD + (o_proj + c(p["bo"]) if cfg.o_bias else o_proj)
-  h = rms_norm(x, p["mlp_norm"], cfg.rms_norm_eps).reshape(n, d)
+  h = norm(x, p["mlp_norm"]).reshape(n, d)
   g = proj("nd,df->nf", h, "w_gate")
   u = proj("nd,df->nf", h, "w_up")
   if cfg.mlp_bias:
@@ -437,14 +464,15 @@ class Decoder(nnx.Module):
         values = load(read[1], read[3] if quantized else None, v.dtype)
         return keys, values, allowed, bufs2
 
-      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn_l, self.lora)
+      x, bufs = _block(cfg, p, x, positions_BxT, inv_freq, kv_fn, dot, attn_l, self.lora,
+                       row_stable=True)
       return (x, bufs), None
 
     (x, bufs), _ = jax.lax.scan(layer, (x, tuple(getattr(cache, n) for n in names)),
                                 (params, jnp.arange(cfg.num_layers), pre_xs),
                                 unroll=layer_unroll(cfg, self.scan_unroll, cached=True))
     new_cache = cache._replace(valid_BxS=valid, index=idx + t, **dict(zip(names, bufs)))
-    return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps), new_cache
+    return rms_norm(x, self.final_norm[...], cfg.rms_norm_eps, row_stable=True), new_cache
 
 
 def kernel_decodes(cfg: ModelConfig, new_tokens: int = 1, quantized: bool = False,

@@ -5,8 +5,11 @@ its KV cache as the `SharedPrefix` its G rows attend (read once per prompt and d
 step, not copied per row; `shares_prefix` says where the cache is copied instead) and
 samples the first token; `decode` runs `lax.while_loop`s over the remaining tokens (one
 cached forward each; attention reads only the filled part of the rows' cache, grown in
-buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop token. A
-quantized-KV copy (kv8 / kv4) keeps an integer cache. The decode state, KV cache
+buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop token. On
+CPU (one device, float32) attention runs in a compiled kernel instead
+(`rljax.models.cpu_attention`, `uses_decode_kernel`): it reads the stacked cache and each
+row's prompt cache in place and the filled length at run time, so one loop serves every
+step. A quantized-KV copy (kv8 / kv4) keeps an integer cache. The decode state, KV cache
 included, is donated, so the loop updates the cache in place. Every row has its own PRNG key (split from
 its prompt's key, then folded with the step), so a row's output does not depend on
 the rest of the batch or on its left padding — which lets `compact_every` move the running
@@ -344,7 +347,7 @@ def _in_mesh(fn, mesh):
 
 @functools.lru_cache(maxsize=64)
 def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh,
-           share: bool, kernel: bool):
+           share: bool, kernel: bool = False):
   prefill = jax.jit(_in_mesh(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh,
                                                share), mesh))
   buckets = tuple(decode_buckets(prompt_len, cfg, slots, share, kernel))

@@ -97,9 +97,10 @@ def test_no_compiler_leaves_xla_attention(monkeypatch, tmp_path):
   assert not cpu_attention.available()
 
 
-def _tiny():
-  cfg = ModelConfig(model_type="llama", vocab_size=97, hidden_size=48, intermediate_size=64,
-                    num_layers=3, num_heads=6, num_kv_heads=2, head_dim=8)
+def _tiny(hidden=48, heads=6, kv_heads=2, head_dim=8, layers=3):
+  cfg = ModelConfig(model_type="llama", vocab_size=97, hidden_size=hidden, intermediate_size=64,
+                    num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
+                    head_dim=head_dim)
   from flax import nnx
   return Decoder(cfg, nnx.Rngs(0))
 
@@ -125,3 +126,22 @@ def test_sampler_with_the_kernel_matches_xla_attention():
 def test_decode_kernel_is_checked():
   with pytest.raises(ValueError, match="decode_kernel"):
     SamplerConfig(decode_kernel="pallas")
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.9])
+def test_compacting_sampler_with_the_kernel_is_bitwise_the_plain_one(top_p):
+  """With the kernel (each row's attention alone) and the norms' fixed-order sums, every
+  recorded quantity is bitwise the plain sampler's, down to decode batches of 2 to 6 rows
+  (where XLA:CPU's row reductions over SmolLM2's 576 features changed their bits)."""
+  from tests.rollout.helpers import ragged_prompts  # noqa: PLC0415
+  model = _tiny(hidden=576, heads=9, kv_heads=3, head_dim=64, layers=2)
+  ids, mask = ragged_prompts([5, 9, 3, 7])
+  cfg = SamplerConfig(max_new_tokens=60, temperature=1.0, top_p=top_p, num_generations=8,
+                      stop_token_ids=(1, 2, 3, 4, 5), record_topk=4)
+  stats = {}
+  ref = generate(model, ids, mask, jax.random.key(3), cfg)
+  r = generate(model, ids, mask, jax.random.key(3), cfg.replace(compact_every=3), stats=stats)
+  sizes = [s for _, s in stats["batch_sizes"]]
+  assert any(s < 8 for s in sizes), sizes
+  for a, b in zip(ref, r):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

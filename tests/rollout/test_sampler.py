@@ -209,10 +209,11 @@ def test_decode_over_the_shared_prompt_cache_equals_the_cache_copied_per_row(mod
 
 def _assert_same_samples(a, b):
   """Tokens, masks, stops and head ids equal; log q to float32 rounding. A row's products
-  have the same shapes in any decode batch (batch dims only; the shared prompt cache is
-  expanded per row inside the step), but XLA:CPU may fuse or tile a program differently at
-  another batch size, so the last bits are not promised here. (On SmolLM2 the compacting
-  sampler's 512-token rollout was bitwise the plain one's: bench/rollout.py checks it.)"""
+  have the same shapes in any decode batch (batch dims only; XLA's attention expands the
+  shared prompt cache per row inside the step), but XLA:CPU may fuse or tile a program
+  differently at another batch size, so the last bits are not promised here for every copy.
+  (With the CPU decode kernel they are bitwise: tests/models/test_cpu_attention.py; on
+  SmolLM2 bench/rollout.py checks the tokens.)"""
   for f in ("tokens_BxN", "mask_BxN", "truncated_B", "topk_ids_BxNxK"):
     np.testing.assert_array_equal(np.asarray(getattr(a, f)), np.asarray(getattr(b, f)), f)
   for f in ("logq_BxN", "topk_logq_BxNxK"):
