@@ -180,27 +180,23 @@ ffi::Error WithPrefix(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    DecodeAttention, Own,
-    ffi::Ffi::Bind()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::U8>>()
-        .Arg<ffi::Buffer<ffi::S32>>()
-        .Arg<ffi::Buffer<ffi::S32>>()
-        .Ret<ffi::Buffer<ffi::F32>>());
+// q, k, v, valid, layer, length: the operands both handlers take first.
+static auto BindCommon() {
+  return ffi::Ffi::Bind()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::F32>>()
+      .Arg<ffi::Buffer<ffi::U8>>()
+      .Arg<ffi::Buffer<ffi::S32>>()
+      .Arg<ffi::Buffer<ffi::S32>>();
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    DecodeAttentionPrefix, WithPrefix,
-    ffi::Ffi::Bind()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::U8>>()
-        .Arg<ffi::Buffer<ffi::S32>>()
-        .Arg<ffi::Buffer<ffi::S32>>()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::F32>>()
-        .Arg<ffi::Buffer<ffi::U8>>()
-        .Ret<ffi::Buffer<ffi::F32>>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DecodeAttention, Own,
+                              BindCommon().Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DecodeAttentionPrefix, WithPrefix,
+                              BindCommon()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
