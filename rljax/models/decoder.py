@@ -426,8 +426,9 @@ class Decoder(nnx.Module):
       raise ValueError("Decoder: decode_kernel needs one new token, a float32 cache and "
                        "compute, no numerics hook and the built kernel (`kernel_decodes`)")
     if kernel:  # the kernel reads the whole stacks with the layer index: nothing sliced
+      valid_u8 = valid.astype(jnp.uint8)  # once per step, not once per layer
       pre_all = None if prefix is None else (prefix.k_LxPxKxSxE, prefix.v_LxPxKxSxE,
-                                              prefix.valid_PxS)
+                                              prefix.valid_PxS.astype(jnp.uint8))
       pre_xs = ()
     store = self.numerics.kv_store if quantized else (lambda a: (kvq(a), None))
     names = ("k_LxBxKxSxE", "v_LxBxKxSxE") + (("k_scale_LxBxKxS", "v_scale_LxBxKxS")
@@ -442,7 +443,7 @@ class Decoder(nnx.Module):
                                    else q.astype(dtype))
       if kernel:
         attn_l = lambda q, k_st, v_st, _: cpu_attention.decode_attention(
-            q[:, 0], k_st, v_st, valid, i, idx + 1, pre_all)[:, None]
+            q[:, 0], k_st, v_st, valid_u8, i, idx + 1, pre_all)[:, None]
       elif pre:
         pk = load(pre[0], pre[2] if quantized else None, cfg.jnp_dtype)
         pv = load(pre[1], pre[3] if quantized else None, cfg.jnp_dtype)

@@ -166,10 +166,10 @@ ffi::Error WithPrefix(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
   if (auto err = Check(q, k, li, n); err.failure()) return err;
   Args a = Common(q, k, v, valid, li, n, o);
   auto pd = pk.dimensions();
+  if (pd.size() != 5 || pd[1] == 0 || a.B % pd[1])
+    return ffi::Error::InvalidArgument("decode_attention: prefix [L, P, K, Sp, E], P | B");
   a.P = pd[1];
   a.Sp = pd[3];
-  if (pd.size() != 5 || a.P == 0 || a.B % a.P)
-    return ffi::Error::InvalidArgument("decode_attention: prefix [L, P, K, Sp, E], P | B");
   const int64_t per_layer = a.P * a.K * a.Sp * a.E;
   a.pk = pk.typed_data() + li * per_layer;
   a.pv = pv.typed_data() + li * per_layer;
