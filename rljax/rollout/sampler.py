@@ -39,6 +39,10 @@ from rljax.rollout.sampling import sample_step
 
 _NEG_INF = -jnp.inf
 _ATTEND_BUCKET = 64  # decode attention window grows by this many slots per while loop
+# With the CPU decode kernel, the shared prompt cache is padded with empty slots to a multiple
+# of this many (the kernel skips them: same bits), so the decode and compaction programs of
+# every prompt length in a bucket are one: a new prompt length compiles only its prefill.
+_PREFIX_BUCKET = 128
 
 
 class Rollout(NamedTuple):
@@ -182,8 +186,28 @@ def _row_cache(model: Decoder, cache: KVCache, g: int, slots: int, prompt_len: i
                  grow(cache.v_scale_LxBxKxS, 1, 3))
 
 
+def _pad_prefix(prefix: SharedPrefix, slots: int) -> SharedPrefix:
+  """The prompt caches with empty (invalid) slots appended up to `slots`."""
+  def pad(x, axis):
+    if x is None or x.shape[axis] == slots:
+      return x
+    width = [(0, 0)] * x.ndim
+    width[axis] = (0, slots - x.shape[axis])
+    return jnp.pad(x, width)
+
+  return SharedPrefix(pad(prefix.k_LxPxKxSxE, 3), pad(prefix.v_LxPxKxSxE, 3),
+                      pad(prefix.valid_PxS, 1), pad(prefix.k_scale_LxPxKxS, 3),
+                      pad(prefix.v_scale_LxPxKxS, 3))
+
+
+def prefix_slots(prompt_len: int, kernel: bool) -> int:
+  """Slots of the shared prompt cache the decode program reads: the prompt length, rounded
+  up to a multiple of `_PREFIX_BUCKET` where the CPU kernel decodes (it skips empty slots)."""
+  return -(-prompt_len // _PREFIX_BUCKET) * _PREFIX_BUCKET if kernel else prompt_len
+
+
 def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bool,
-             state, ids_BxP, mask_BxP, keys_B):
+             kernel: bool, state, ids_BxP, mask_BxP, keys_B):
   model: Decoder = nnx.merge(graphdef, state)
   g, n = cfg.num_generations, cfg.max_new_tokens
   ids, mask = ids_BxP.astype(jnp.int32), mask_BxP.astype(jnp.int32)
@@ -196,8 +220,11 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bo
   ids, mask = jnp.repeat(ids, g, axis=0), jnp.repeat(mask, g, axis=0)
   b = ids.shape[0]
   k_head = _head_size(cfg, model.cfg.vocab_size)
+  cache = _row_cache(model, cache, g, slots, p, share)
+  if cache.prefix is not None:
+    cache = cache._replace(prefix=_pad_prefix(cache.prefix, prefix_slots(p, kernel)))
   ds = _constrain(DecodeState(
-      cache=_row_cache(model, cache, g, slots, p, share),
+      cache=cache,
       tokens_BxN=jnp.full((b, n), cfg.pad_token_id, jnp.int32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       logq_BxN=jnp.zeros((b, n), jnp.float32),
@@ -346,14 +373,22 @@ def _in_mesh(fn, mesh):
 
 
 @functools.lru_cache(maxsize=64)
+def _build_decode(graphdef, cfg: SamplerConfig, stop_ids: tuple, mesh, buckets: tuple,
+                  kernel: bool):
+  return jax.jit(_in_mesh(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets,
+                                            kernel), mesh), donate_argnums=1)
+
+
+@functools.lru_cache(maxsize=64)
 def _build(graphdef, cfg: SamplerConfig, slots: int, prompt_len: int, stop_ids: tuple, mesh,
            share: bool, kernel: bool = False):
+  """(prefill, decode) for one prompt length. The decode function is shared by the prompt
+  lengths whose decode buckets are equal (every length, with the CPU kernel and a shared
+  prefix: then jit's cache keys its programs by the padded prefix's shape alone)."""
   prefill = jax.jit(_in_mesh(functools.partial(_prefill, graphdef, cfg, slots, stop_ids, mesh,
-                                               share), mesh))
+                                               share, kernel), mesh))
   buckets = tuple(decode_buckets(prompt_len, cfg, slots, share, kernel))
-  decode = jax.jit(_in_mesh(functools.partial(_decode, graphdef, cfg, stop_ids, mesh, buckets,
-                                              kernel), mesh), donate_argnums=1)
-  return prefill, decode
+  return prefill, _build_decode(graphdef, cfg, stop_ids, mesh, buckets, kernel)
 
 
 def as_graph_state(model):

@@ -59,6 +59,21 @@ def test_rows_are_independent_of_the_batch():
   np.testing.assert_array_equal(np.asarray(part), np.asarray(full)[np.asarray(rows)])
 
 
+def test_empty_prefix_slots_change_no_bit():
+  """Invalid slots appended to the shared prefix (how the sampler pads prompt caches to
+  `_PREFIX_BUCKET`) are skipped: the output is bitwise the unpadded prefix's, whatever
+  the padded slots hold."""
+  q, k, v, valid, pk, pv, pvalid = _case(4, B=6, P=3, Sp=7)
+  valid = valid.at[:, 11].set(True)
+  ref = cpu_attention.decode_attention(q, k, v, valid, 2, 12, (pk, pv, pvalid))
+  r = np.random.RandomState(5)
+  junk = lambda: jnp.asarray(1e3 * r.randn(*pk.shape[:3], 9, pk.shape[4]), jnp.float32)
+  padded = (jnp.concatenate([pk, junk()], 3), jnp.concatenate([pv, junk()], 3),
+            jnp.concatenate([pvalid, jnp.zeros((3, 9), bool)], 1))
+  out = cpu_attention.decode_attention(q, k, v, valid, 2, 12, padded)
+  np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
+
+
 def test_traced_layer_and_length():
   q, k, v, valid, pk, pv, pvalid = _case(2)
   valid = valid.at[:, :12].set(True)
@@ -145,3 +160,32 @@ def test_compacting_sampler_with_the_kernel_is_bitwise_the_plain_one(top_p):
   assert any(s < 8 for s in sizes), sizes
   for a, b in zip(ref, r):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_prompt_lengths_of_a_bucket_share_the_decode_programs():
+  """With the kernel the prompt cache is padded to `_PREFIX_BUCKET` slots: a batch of another
+  prompt length (in the same bucket) compiles its prefill only, not the decode program of
+  the full batch nor those of the compacted sizes."""
+  from rljax.rollout import sampler as smp  # noqa: PLC0415
+  from tests.rollout.helpers import ragged_prompts  # noqa: PLC0415
+  from flax import nnx  # noqa: PLC0415
+  model = _tiny()
+  cfg = SamplerConfig(max_new_tokens=24, temperature=1.0, num_generations=4,
+                      stop_token_ids=(1, 2, 3, 4, 5, 6, 7, 8), compact_every=4)
+  graphdef, _ = nnx.split(model)
+  builds, sizes = [], []
+  for lengths in ([5, 9, 3], [17, 4, 11]):
+    ids, mask = ragged_prompts(lengths, vocab=97)
+    stats = {}
+    generate(model, ids, mask, jax.random.key(1), cfg, stats=stats)
+    sizes.append([s for _, s in stats["batch_sizes"]])
+    p = ids.shape[1]
+    builds.append(smp._build(graphdef, cfg, smp.cache_slots(cfg, p), p,
+                             smp.resolve_stop_ids(cfg, model.cfg.eos_token_id), None, True,
+                             True))
+    if len(builds) == 1:
+      programs = builds[0][1]._cache_size()
+  assert sizes[0] and set(sizes[1]) <= set(sizes[0]), sizes  # no batch size new to the 2nd
+  assert builds[0][0] is not builds[1][0]  # a prefill per prompt length
+  assert builds[0][1] is builds[1][1]
+  assert builds[1][1]._cache_size() == programs  # no decode program compiled for the 2nd
