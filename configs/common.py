@@ -79,8 +79,9 @@ def base_config(arg: str | None = None) -> mlc.ConfigDict:
   # on the rest, as mesh.shape). Batch t is drawn from policy version t - k: max_staleness = k
   # draws it on the sampler's devices while batch t - k trains (disaggregated); lag = k is
   # the same schedule run in turn on one mesh (colocated: the synchronous reference).
-  # compact_every: 0 off; k: every k decode steps, the rows still running move into a
-  # decode batch half as large whenever they fit (finished rows stop costing; same samples).
+  # compact_every: 0 off; k: every k decode steps, the rows still running move into the
+  # smallest decode batch of a ladder (four sizes per doubling) that holds them (finished rows
+  # stop costing; same samples; rljax/rollout/sampler.py compact_size).
   # decode_kernel: auto (CPU, one device, float32: decode attention in a compiled kernel that
   # reads the KV cache in place, rljax/models/cpu_attention.py) | xla.
   c.rollout = mlc.ConfigDict(dict(

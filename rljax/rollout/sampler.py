@@ -9,9 +9,11 @@ buckets of `_ATTEND_BUCKET` slots) and stops when every row has emitted a stop t
 CPU (one device, float32) attention runs in a compiled kernel instead
 (`rljax.models.cpu_attention`, `uses_decode_kernel`): it reads the stacked cache and each
 row's prompt cache in place and the filled length at run time, so one loop serves every
-step. A quantized-KV copy (kv8 / kv4) keeps an integer cache. The decode state, KV cache
-included, is donated, so the loop updates the cache in place. Every row has its own PRNG key (split from
-its prompt's key, then folded with the step), so a row's output does not depend on
+step; the prompt cache is padded to a multiple of `_PREFIX_BUCKET` slots, so the decode
+programs serve every prompt length in a bucket. A quantized-KV copy (kv8 / kv4) keeps an
+integer cache. The decode state, KV cache included, is donated, so the loop updates the
+cache in place. Every row has its own PRNG key (split from its prompt's key, then folded
+with the step), so a row's output does not depend on
 the rest of the batch or on its left padding — which lets `compact_every` move the running
 rows into smaller decode batches as others finish (`_decode_compacting`) without changing
 any sample.
