@@ -162,44 +162,37 @@ def uses_decode_kernel(model: Decoder, cfg: SamplerConfig, mesh) -> bool:
   return on_cpu and kernel_decodes(model.cfg, 1, bool(_kv_bits(model)), model.numerics)
 
 
+def _pad_slots(x, axis: int, slots: int):
+  """x with empty (zero / invalid) slots appended along `axis` up to `slots`; None stays."""
+  if x is None:
+    return None
+  width = [(0, 0)] * x.ndim
+  width[axis] = (0, slots - x.shape[axis])
+  return jnp.pad(x, width)
+
+
 def _row_cache(model: Decoder, cache: KVCache, g: int, slots: int, prompt_len: int,
-               share: bool) -> KVCache:
-  """The decode cache after prefill. Shared: the prompts' caches become the read-only
-  `SharedPrefix` and the rows' own cache holds the generated tokens (slots - prompt_len
-  of them). Otherwise each prompt's cache [L, B, P, ...] is copied to its G rows, in
-  `slots` slots."""
+               share: bool, prefix_len: int) -> KVCache:
+  """The decode cache after prefill. Shared: the prompts' caches, padded to `prefix_len`
+  slots (`prefix_slots`), become the read-only `SharedPrefix` and the rows' own cache holds
+  the generated tokens (slots - prompt_len of them). Otherwise each prompt's cache
+  [L, B, P, ...] is copied to its G rows, in `slots` slots."""
   if share:
-    prefix = SharedPrefix(cache.k_LxBxKxSxE, cache.v_LxBxKxSxE, cache.valid_BxS,
-                          cache.k_scale_LxBxKxS, cache.v_scale_LxBxKxS)
+    pad = lambda x, axis=3: _pad_slots(x, axis, prefix_len)
+    prefix = SharedPrefix(pad(cache.k_LxBxKxSxE), pad(cache.v_LxBxKxSxE),
+                          pad(cache.valid_BxS, 1), pad(cache.k_scale_LxBxKxS),
+                          pad(cache.v_scale_LxBxKxS))
     rows = init_cache(model.cfg, cache.valid_BxS.shape[0] * g, max(1, slots - prompt_len),
                       kv_bits=_kv_bits(model))
     return rows._replace(prefix=prefix)
 
   def grow(x, batch_axis, slot_axis):
-    if x is None:
-      return None
-    x = jnp.repeat(x, g, axis=batch_axis)
-    pad = [(0, 0)] * x.ndim
-    pad[slot_axis] = (0, slots - x.shape[slot_axis])
-    return jnp.pad(x, pad, constant_values=0)
+    return None if x is None else _pad_slots(jnp.repeat(x, g, axis=batch_axis), slot_axis,
+                                             slots)
 
   return KVCache(grow(cache.k_LxBxKxSxE, 1, 3), grow(cache.v_LxBxKxSxE, 1, 3),
                  grow(cache.valid_BxS, 0, 1), cache.index, grow(cache.k_scale_LxBxKxS, 1, 3),
                  grow(cache.v_scale_LxBxKxS, 1, 3))
-
-
-def _pad_prefix(prefix: SharedPrefix, slots: int) -> SharedPrefix:
-  """The prompt caches with empty (invalid) slots appended up to `slots`."""
-  def pad(x, axis):
-    if x is None or x.shape[axis] == slots:
-      return x
-    width = [(0, 0)] * x.ndim
-    width[axis] = (0, slots - x.shape[axis])
-    return jnp.pad(x, width)
-
-  return SharedPrefix(pad(prefix.k_LxPxKxSxE, 3), pad(prefix.v_LxPxKxSxE, 3),
-                      pad(prefix.valid_PxS, 1), pad(prefix.k_scale_LxPxKxS, 3),
-                      pad(prefix.v_scale_LxPxKxS, 3))
 
 
 def prefix_slots(prompt_len: int, kernel: bool) -> int:
@@ -222,11 +215,8 @@ def _prefill(graphdef, cfg: SamplerConfig, slots: int, stop_ids, mesh, share: bo
   ids, mask = jnp.repeat(ids, g, axis=0), jnp.repeat(mask, g, axis=0)
   b = ids.shape[0]
   k_head = _head_size(cfg, model.cfg.vocab_size)
-  cache = _row_cache(model, cache, g, slots, p, share)
-  if cache.prefix is not None:
-    cache = cache._replace(prefix=_pad_prefix(cache.prefix, prefix_slots(p, kernel)))
   ds = _constrain(DecodeState(
-      cache=cache,
+      cache=_row_cache(model, cache, g, slots, p, share, prefix_slots(p, kernel)),
       tokens_BxN=jnp.full((b, n), cfg.pad_token_id, jnp.int32),
       mask_BxN=jnp.zeros((b, n), jnp.int32),
       logq_BxN=jnp.zeros((b, n), jnp.float32),
